@@ -1,0 +1,104 @@
+/*
+ * lazymalloc — a Linux malloc whose centre is how and when memory goes back
+ * to the kernel.
+ *
+ * The standard allocation API (malloc, free, calloc, realloc, reallocarray,
+ * posix_memalign, aligned_alloc, memalign, valloc, pvalloc,
+ * malloc_usable_size, malloc_trim, mallopt, malloc_stats, malloc_info and
+ * every C++ operator new/delete) is provided under its usual names when
+ * liblazymalloc.so is preloaded or when liblazymalloc.so / liblazymalloc.a is
+ * linked.  This header declares the extended API only.
+ *
+ * All functions here are thread-safe and never allocate through the standard
+ * library.
+ */
+#ifndef LAZYMALLOC_LAZYMALLOC_H
+#define LAZYMALLOC_LAZYMALLOC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define LAZYMALLOC_API __attribute__((visibility("default")))
+#else
+#define LAZYMALLOC_API
+#endif
+
+#define LAZYMALLOC_VERSION_MAJOR 0
+#define LAZYMALLOC_VERSION_MINOR 1
+#define LAZYMALLOC_VERSION_PATCH 0
+
+/* The allocator under its own names.  They behave exactly like the standard
+ * functions (errno included) and work whether or not the standard names are
+ * overridden; the liblazymalloc_api.a library provides only these, for
+ * programs that want lazymalloc beside another malloc (and for sanitizer
+ * builds of the tests). */
+LAZYMALLOC_API void* lazymalloc_malloc(size_t size);
+LAZYMALLOC_API void* lazymalloc_calloc(size_t count, size_t size);
+LAZYMALLOC_API void* lazymalloc_realloc(void* ptr, size_t size);
+LAZYMALLOC_API void* lazymalloc_aligned_alloc(size_t alignment, size_t size);
+LAZYMALLOC_API int lazymalloc_posix_memalign(void** out, size_t alignment, size_t size);
+LAZYMALLOC_API void lazymalloc_free(void* ptr);
+LAZYMALLOC_API size_t lazymalloc_usable_size(const void* ptr);
+
+/* "0.1.0": the version of the library actually loaded. */
+LAZYMALLOC_API const char* lazymalloc_version(void);
+
+/* Print all statistics to stderr, as text (json == 0) or as one JSON object. */
+LAZYMALLOC_API void lazymalloc_stats_print(int json);
+
+/* Write all statistics as text (json == 0) or JSON into buf (at most len
+ * bytes, always NUL-terminated when len > 0).  Returns the length the full
+ * output needs, excluding the NUL, like snprintf. */
+LAZYMALLOC_API size_t lazymalloc_stats_write(char* buf, size_t len, int json);
+
+/* Read one statistic by its name (as printed in the text/JSON output).
+ * Returns 0 and stores the value, or -1 with errno = ENOENT. */
+LAZYMALLOC_API int lazymalloc_stat_get(const char* name, uint64_t* value);
+
+/* Read one option by its name (lower case, without the LAZYMALLOC_ prefix,
+ * e.g. "decay_ms").  Returns 0 and stores the value, or -1 with
+ * errno = ENOENT. */
+LAZYMALLOC_API int lazymalloc_option_get(const char* name, int64_t* value);
+
+/* Set a run-time adjustable option.  Returns 0, or -1 with errno = ENOENT
+ * (unknown name) or EINVAL (value out of range). */
+LAZYMALLOC_API int lazymalloc_option_set(const char* name, int64_t value);
+
+/* How lazymalloc_purge() gives memory back. */
+typedef enum lazymalloc_purge_mode {
+  /* MADV_FREE: the kernel takes the pages only when it needs memory. */
+  LAZYMALLOC_PURGE_LAZY = 0,
+  /* MADV_DONTNEED: the pages leave the process now (Rss drops at once). */
+  LAZYMALLOC_PURGE_NOW = 1
+} lazymalloc_purge_mode;
+
+/* Return the calling thread's cached free memory to the shared heap and
+ * purge every free page run, whatever its age.  Returns the number of bytes
+ * whose state changed. */
+LAZYMALLOC_API size_t lazymalloc_purge(lazymalloc_purge_mode mode);
+
+/* Return the calling thread's cached free objects to the shared heap (as at
+ * thread exit, but the thread keeps working). */
+LAZYMALLOC_API void lazymalloc_thread_collect(void);
+
+/* Bytes in each page state, a cheap snapshot (see docs/stats.md). */
+typedef struct lazymalloc_memory_state {
+  uint64_t reserved;   /* address space reserved */
+  uint64_t active;     /* in page runs that hold live objects */
+  uint64_t retained;   /* free, still resident, nothing told to the kernel */
+  uint64_t lazy;       /* free, given to the kernel with MADV_FREE */
+  uint64_t clean;      /* free, reads as zero: MADV_DONTNEED or never touched */
+} lazymalloc_memory_state;
+
+LAZYMALLOC_API void lazymalloc_memory_state_get(lazymalloc_memory_state* out);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* LAZYMALLOC_LAZYMALLOC_H */

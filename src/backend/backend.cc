@@ -1,0 +1,637 @@
+#include "backend/backend.h"
+
+#include <cstring>
+
+#include "core/bits.h"
+
+namespace lazymalloc {
+
+namespace {
+constexpr uint32_t kAllUnits = ~uint32_t{0};
+inline uint64_t units_bytes(uint32_t mask) { return uint64_t(popcount32(mask)) * kUnitSize; }
+}  // namespace
+
+void Backend::init(const Platform* platform, Stats* stats, size_t arena_reserve, bool hugepages) {
+  platform_ = platform;
+  stats_ = stats;
+  arena_reserve_ = align_up(arena_reserve < 2 * kSlotSize ? 2 * kSlotSize : arena_reserve, kSlotSize);
+  hugepages_ = hugepages;
+}
+
+SlotMeta* Backend::neighbor(SlotMeta* m, ptrdiff_t delta) const {
+  Arena* a = m->arena;
+  ptrdiff_t j = (m - a->slots) + delta;
+  if (j < 0 || size_t(j) >= a->nslots) return nullptr;
+  return &a->slots[j];
+}
+
+bool Backend::owns_address(const void* p) const {
+  uintptr_t slot = reinterpret_cast<uintptr_t>(p) >> kSlotShift;
+  if (slot >= (uintptr_t(1) << (kAddressBits - kSlotShift))) return false;
+  SlotMeta** leaf = root_[slot >> kLeafBits].load(std::memory_order_acquire);
+  return leaf && leaf[slot & (kLeafSize - 1)];
+}
+
+Span* Backend::new_span() { return spans_.alloc(stats_); }
+
+// ---------------------------------------------------------------- arenas
+
+bool Backend::register_arena(Arena* a) {
+  uintptr_t first = a->base >> kSlotShift;
+  for (size_t i = 0; i < a->nslots; ++i) {
+    uintptr_t idx = first + i;
+    if (idx >= (uintptr_t(1) << (kAddressBits - kSlotShift))) return false;
+    SlotMeta** leaf = root_[idx >> kLeafBits].load(std::memory_order_relaxed);
+    if (!leaf) {
+      leaf = static_cast<SlotMeta**>(pal::map(kLeafSize * sizeof(SlotMeta*), 4096));
+      if (!leaf) return false;
+      stats_->add(Stat::mmap_calls, 1);
+      stats_->add(Stat::metadata_bytes, kLeafSize * sizeof(SlotMeta*));
+      root_[idx >> kLeafBits].store(leaf, std::memory_order_release);
+    }
+    leaf[idx & (kLeafSize - 1)] = &a->slots[i];
+  }
+  return true;
+}
+
+Arena* Backend::add_arena(size_t min_slots, size_t align) {
+  size_t min_bytes = min_slots * kSlotSize;
+  if (min_slots == 0 || min_bytes / kSlotSize != min_slots || min_bytes > kMaxRequest) return nullptr;
+  if (align < kSlotSize) align = kSlotSize;
+  // A request larger than half an arena gets an arena of its own size, so a
+  // one-off giant block does not leave a giant reservation behind it.
+  size_t want = min_bytes > arena_reserve_ / 2 ? min_bytes : arena_reserve_;
+  void* p = nullptr;
+  for (;;) {
+    p = platform_->reserve(platform_->ctx, want, align);
+    stats_->add(Stat::mmap_calls, 1);
+    if (p) break;
+    stats_->add(Stat::mmap_failures, 1);
+    if (want == min_bytes) return nullptr;
+    want = align_up(want / 2, kSlotSize);
+    if (want < min_bytes) want = min_bytes;
+  }
+  size_t nslots = want / kSlotSize;
+  size_t meta_bytes = align_up(nslots * sizeof(SlotMeta), 4096);
+  auto* slots = static_cast<SlotMeta*>(pal::map(meta_bytes, 4096));
+  Arena* a = slots ? arena_records_.alloc(stats_) : nullptr;
+  if (!a) {
+    // Out of memory for metadata: give the reservation back.
+    if (slots) pal::unmap(slots, meta_bytes);
+    pal::unmap(p, want);
+    stats_->add(Stat::mmap_failures, 1);
+    return nullptr;
+  }
+  stats_->add(Stat::mmap_calls, 1);
+  stats_->add(Stat::metadata_bytes, meta_bytes);
+  a->base = reinterpret_cast<uintptr_t>(p);
+  a->nslots = nslots;
+  a->slots = slots;
+  for (size_t i = 0; i < nslots; ++i) {
+    slots[i].arena = a;
+    slots[i].base = a->base + i * kSlotSize;
+  }
+  if (!register_arena(a)) {
+    pal::unmap(slots, meta_bytes);
+    pal::unmap(p, want);
+    arena_records_.free(a);
+    return nullptr;
+  }
+  if (hugepages_) pal::advise_hugepage(p, want, true);
+  a->next = arenas_;
+  arenas_ = a;
+  stats_->add(Stat::arenas, 1);
+  stats_->add(Stat::reserved_bytes, want);
+  stats_->add(Stat::clean_bytes, want);
+  insert_free_run(&slots[0], nslots);
+  return a;
+}
+
+// ---------------------------------------------------------- free-run bins
+
+unsigned Backend::bin_of(size_t n) {
+  if (n <= 32) return unsigned(n - 1);
+  unsigned b = 32 + log2_floor(n - 1) - 5;
+  return b < kBins ? b : kBins - 1;
+}
+
+void Backend::bin_push(SlotMeta* head) {
+  unsigned b = bin_of(head->run_len);
+  head->free_prev = nullptr;
+  head->free_next = bins_[b];
+  if (bins_[b]) bins_[b]->free_prev = head;
+  bins_[b] = head;
+  bin_mask_ |= uint64_t(1) << b;
+}
+
+void Backend::bin_unlink(SlotMeta* head) {
+  unsigned b = bin_of(head->run_len);
+  if (head->free_prev) {
+    head->free_prev->free_next = head->free_next;
+  } else {
+    bins_[b] = head->free_next;
+    if (!bins_[b]) bin_mask_ &= ~(uint64_t(1) << b);
+  }
+  if (head->free_next) head->free_next->free_prev = head->free_prev;
+  head->free_next = head->free_prev = nullptr;
+}
+
+void Backend::insert_free_run(SlotMeta* first, size_t n) {
+  for (size_t i = 0; i < n; ++i) first[i].kind = SlotKind::kFree;
+  SlotMeta* head = first;
+  size_t len = n;
+  SlotMeta* left = neighbor(first, -1);
+  if (left && left->kind == SlotKind::kFree) {
+    size_t ll = left->run_len;
+    SlotMeta* lh = left - (ll - 1);
+    bin_unlink(lh);
+    head = lh;
+    len += ll;
+  }
+  SlotMeta* right = neighbor(first, ptrdiff_t(n));
+  if (right && right->kind == SlotKind::kFree) {
+    size_t rl = right->run_len;
+    bin_unlink(right);
+    len += rl;
+  }
+  head->run_len = uint32_t(len);
+  head[len - 1].run_len = uint32_t(len);
+  bin_push(head);
+}
+
+SlotMeta* Backend::take_free_run(size_t n) {
+  unsigned b = bin_of(n);
+  if (b < 32) {
+    // Exact bins: every run in bin b' >= b is long enough.
+    uint64_t m = bin_mask_ & (~uint64_t(0) << b) & 0xffffffffull;
+    if (m) return bins_[__builtin_ctzll(m)];
+    b = 32;
+  }
+  for (; b < kBins; ++b) {
+    if (!(bin_mask_ & (uint64_t(1) << b))) continue;
+    for (SlotMeta* h = bins_[b]; h; h = h->free_next) {
+      if (h->run_len >= n) return h;
+    }
+  }
+  return nullptr;
+}
+
+void Backend::carve_run(SlotMeta* head, size_t n) {
+  bin_unlink(head);
+  size_t len = head->run_len;
+  for (size_t i = 0; i < n; ++i) head[i].kind = SlotKind::kHuge;
+  if (len > n) {
+    SlotMeta* rest = head + n;
+    rest->run_len = uint32_t(len - n);
+    head[len - 1].run_len = uint32_t(len - n);
+    bin_push(rest);
+  }
+}
+
+// ---------------------------------------------------------- lists
+
+void Backend::dirty_remove(SlotMeta* m) {
+  if (!m->in_dirty) return;
+  if (m->dirty_prev) m->dirty_prev->dirty_next = m->dirty_next; else dirty_head_ = m->dirty_next;
+  if (m->dirty_next) m->dirty_next->dirty_prev = m->dirty_prev; else dirty_tail_ = m->dirty_prev;
+  m->dirty_next = m->dirty_prev = nullptr;
+  m->in_dirty = false;
+}
+
+void Backend::dirty_touch(SlotMeta* m, uint64_t now) {
+  dirty_remove(m);
+  m->free_ns = now;
+  m->dirty_prev = dirty_tail_;
+  m->dirty_next = nullptr;
+  if (dirty_tail_) dirty_tail_->dirty_next = m; else dirty_head_ = m;
+  dirty_tail_ = m;
+  m->in_dirty = true;
+}
+
+void Backend::partial_add(SlotMeta* m) {
+  if (m->in_partial) return;
+  m->part_prev = nullptr;
+  m->part_next = partial_;
+  if (partial_) partial_->part_prev = m;
+  partial_ = m;
+  m->in_partial = true;
+}
+
+void Backend::partial_remove(SlotMeta* m) {
+  if (!m->in_partial) return;
+  if (m->part_prev) m->part_prev->part_next = m->part_next; else partial_ = m->part_next;
+  if (m->part_next) m->part_next->part_prev = m->part_prev;
+  m->part_next = m->part_prev = nullptr;
+  m->in_partial = false;
+}
+
+// ---------------------------------------------------------- allocation
+
+// Moves the units in `mask` (all free) from their page state to active.
+void Backend::account_take(SlotMeta* m, uint32_t mask) {
+  uint64_t r = units_bytes(mask & m->retained);
+  uint64_t l = units_bytes(mask & m->lazy);
+  uint64_t all = units_bytes(mask);
+  stats_->sub(Stat::retained_bytes, r);
+  stats_->sub(Stat::lazy_bytes, l);
+  stats_->sub(Stat::clean_bytes, all - r - l);
+  stats_->add(Stat::active_bytes, all);
+  stats_->add(Stat::reuse_retained_bytes, r);
+  stats_->add(Stat::reuse_lazy_bytes, l);
+  stats_->add(Stat::reuse_clean_bytes, all - r - l);
+  m->retained &= ~mask;
+  m->lazy &= ~mask;
+  if (!m->retained) dirty_remove(m);
+}
+
+Span* Backend::alloc_units(unsigned n) {
+  SlotMeta* m = nullptr;
+  int idx = -1;
+  for (SlotMeta* p = partial_; p; p = p->part_next) {
+    idx = find_zero_run(p->used, n);
+    if (idx >= 0) {
+      m = p;
+      break;
+    }
+  }
+  if (!m) {
+    SlotMeta* head = take_free_run(1);
+    if (!head) {
+      if (!add_arena(1, kSlotSize)) return nullptr;
+      head = take_free_run(1);
+      if (!head) return nullptr;
+    }
+    carve_run(head, 1);
+    m = head;
+    m->kind = SlotKind::kUnits;
+    m->used = 0;
+    m->purging = 0;
+    idx = 0;
+  }
+  Span* s = new_span();
+  if (!s) {
+    if (m->used == 0) insert_free_run(m, 1);
+    return nullptr;
+  }
+  uint32_t mask = bit_range(unsigned(idx), n);
+  s->zero = ((m->retained | m->lazy) & mask) == 0;
+  account_take(m, mask);
+  m->used |= mask;
+  if (m->used == kAllUnits) partial_remove(m); else partial_add(m);
+  s->start = reinterpret_cast<char*>(m->base + size_t(idx) * kUnitSize);
+  s->bytes = size_t(n) * kUnitSize;
+  s->slot = m;
+  s->first_unit = uint32_t(idx);
+  s->nunits = n;
+  s->nslots = 0;
+  s->kind = SpanKind::kLarge;
+  for (unsigned u = 0; u < n; ++u) m->unit_span[unsigned(idx) + u] = s;
+  return s;
+}
+
+Span* Backend::alloc_slots(size_t nslots, size_t align) {
+  size_t extra = align > kSlotSize ? align / kSlotSize - 1 : 0;
+  size_t need = nslots + extra;
+  if (need < nslots) return nullptr;
+  SlotMeta* head = take_free_run(need);
+  if (!head) {
+    if (!add_arena(need, align)) return nullptr;
+    head = take_free_run(need);
+    if (!head) return nullptr;
+  }
+  carve_run(head, need);
+  if (extra) {
+    uintptr_t aligned = align_up(head->base, align);
+    size_t lead = (aligned - head->base) / kSlotSize;
+    size_t trail = extra - lead;
+    if (trail) insert_free_run(head + lead + nslots, trail);
+    if (lead) insert_free_run(head, lead);
+    head += lead;
+  }
+  Span* s = new_span();
+  if (!s) {
+    insert_free_run(head, nslots);
+    return nullptr;
+  }
+  bool zero = true;
+  for (size_t i = 0; i < nslots; ++i) {
+    SlotMeta* m = head + i;
+    zero = zero && (m->retained | m->lazy) == 0;
+    account_take(m, kAllUnits);
+    m->kind = SlotKind::kHuge;
+    for (unsigned u = 0; u < kUnitsPerSlot; ++u) m->unit_span[u] = s;
+  }
+  s->zero = zero;
+  s->start = reinterpret_cast<char*>(head->base);
+  s->bytes = nslots * kSlotSize;
+  s->slot = head;
+  s->first_unit = 0;
+  s->nunits = 0;
+  s->nslots = nslots;
+  s->kind = SpanKind::kHuge;
+  stats_->add(Stat::huge_blocks, 1);
+  stats_->add(Stat::huge_bytes, s->bytes);
+  stats_->add(Stat::huge_allocs, 1);
+  return s;
+}
+
+Span* Backend::alloc(size_t bytes, size_t align) {
+  if (bytes == 0) bytes = 1;
+  if (bytes > kMaxRequest) return nullptr;
+  LockGuard g(lock_);
+  if (bytes <= kMaxLarge && align <= kUnitSize) {
+    return alloc_units(unsigned(align_up(bytes, kUnitSize) >> kUnitShift));
+  }
+  return alloc_slots(align_up(bytes, kSlotSize) >> kSlotShift, align);
+}
+
+// ---------------------------------------------------------- release
+
+void Backend::slot_units_to_free_run(SlotMeta* m, uint64_t) {
+  partial_remove(m);
+  insert_free_run(m, 1);
+}
+
+void Backend::release_slots(SlotMeta* first, size_t n, uint64_t now) {
+  for (size_t i = 0; i < n; ++i) {
+    SlotMeta* m = first + i;
+    for (unsigned u = 0; u < kUnitsPerSlot; ++u) m->unit_span[u] = nullptr;
+    m->retained = kAllUnits;
+    m->lazy = 0;
+    dirty_touch(m, now);
+  }
+  stats_->sub(Stat::active_bytes, n * kSlotSize);
+  stats_->add(Stat::retained_bytes, n * kSlotSize);
+  insert_free_run(first, n);
+}
+
+void Backend::release(Span* s) {
+  uint64_t now = platform_->now_ns(platform_->ctx);
+  {
+    LockGuard g(lock_);
+    if (s->kind == SpanKind::kHuge) {
+      stats_->sub(Stat::huge_blocks, 1);
+      stats_->sub(Stat::huge_bytes, s->bytes);
+      release_slots(s->slot, s->nslots, now);
+    } else {
+      SlotMeta* m = s->slot;
+      uint32_t mask = bit_range(s->first_unit, s->nunits);
+      for (unsigned u = 0; u < s->nunits; ++u) m->unit_span[s->first_unit + u] = nullptr;
+      m->used &= ~mask;
+      m->retained |= mask;
+      stats_->sub(Stat::active_bytes, units_bytes(mask));
+      stats_->add(Stat::retained_bytes, units_bytes(mask));
+      dirty_touch(m, now);
+      if (m->used == 0) slot_units_to_free_run(m, now); else partial_add(m);
+    }
+  }
+  spans_.free(s);
+}
+
+bool Backend::resize_huge(Span* s, size_t bytes) {
+  if (s->kind != SpanKind::kHuge || bytes == 0 || bytes > kMaxRequest) return false;
+  size_t want = align_up(bytes, kSlotSize) >> kSlotShift;
+  uint64_t now = platform_->now_ns(platform_->ctx);
+  LockGuard g(lock_);
+  size_t have = s->nslots;
+  if (want == have) return true;
+  if (want < have) {
+    release_slots(s->slot + want, have - want, now);
+  } else {
+    size_t add = want - have;
+    SlotMeta* right = neighbor(s->slot, ptrdiff_t(have));
+    if (!right || right->kind != SlotKind::kFree || right->run_len < add) return false;
+    carve_run(right, add);
+    for (size_t i = 0; i < add; ++i) {
+      SlotMeta* m = right + i;
+      account_take(m, kAllUnits);
+      m->kind = SlotKind::kHuge;
+      for (unsigned u = 0; u < kUnitsPerSlot; ++u) m->unit_span[u] = s;
+    }
+  }
+  stats_->sub(Stat::huge_bytes, s->bytes);
+  s->nslots = want;
+  s->bytes = want * kSlotSize;
+  stats_->add(Stat::huge_bytes, s->bytes);
+  stats_->add(Stat::huge_inplace_resizes, 1);
+  return true;
+}
+
+// ---------------------------------------------------------- purge mechanism
+
+namespace {
+
+// Appends the unit runs of `mask` in the slot at `base` to the batch,
+// merging with the previous range when contiguous.  Returns the mask of
+// units that fitted.
+uint32_t add_ranges(PurgeBatch* b, uintptr_t base, uint32_t mask, size_t max_range) {
+  uint32_t taken = 0;
+  while (mask) {
+    unsigned first = ctz32(mask);
+    unsigned n = 0;
+    while (first + n < 32 && (mask & (uint32_t(1) << (first + n)))) ++n;
+    char* addr = reinterpret_cast<char*>(base + size_t(first) * kUnitSize);
+    size_t len = size_t(n) * kUnitSize;
+    PurgeRange* last = b->nranges ? &b->ranges[b->nranges - 1] : nullptr;
+    if (last && last->addr + last->len == addr && last->len + len <= max_range) {
+      last->len += len;
+    } else {
+      if (b->nranges == PurgeBatch::kMaxRanges) break;
+      b->ranges[b->nranges++] = {addr, len};
+    }
+    uint32_t run = bit_range(first, n);
+    taken |= run;
+    mask &= ~run;
+    b->bytes += len;
+  }
+  return taken;
+}
+
+}  // namespace
+
+bool Backend::take_units(SlotMeta* m, uint32_t want, PurgeBatch* b, size_t max_range) {
+  uint32_t mask = add_ranges(b, m->base, want, max_range);
+  if (!mask) return false;
+  PurgeBatch::Item& it = b->items[b->nitems++];
+  it.slot = m;
+  it.mask = mask;
+  it.run_len = 0;
+  m->purge_mask = m->lazy & mask;  // remembered to undo on failure
+  m->retained &= ~mask;
+  m->lazy &= ~mask;
+  m->used |= mask;
+  m->purging |= mask;
+  if (m->used == kAllUnits) partial_remove(m);
+  if (!m->retained) dirty_remove(m);
+  return true;
+}
+
+size_t Backend::take_run(SlotMeta* any, const PurgeSelect& sel, PurgeBatch* b, size_t max_range) {
+  SlotMeta* head = any;
+  while (SlotMeta* left = neighbor(head, -1)) {
+    if (left->kind != SlotKind::kFree) break;
+    head = left;
+  }
+  size_t len = head->run_len;
+  bin_unlink(head);
+  PurgeBatch::Item& it = b->items[b->nitems++];
+  it.slot = head;
+  it.mask = 0;
+  it.run_len = uint32_t(len);
+  for (size_t i = 0; i < len; ++i) {
+    SlotMeta* s = head + i;
+    s->kind = SlotKind::kPurging;
+    s->purge_mask = 0;
+    s->purging = 0;
+    if (b->bytes >= sel.max_bytes || b->nranges == PurgeBatch::kMaxRanges) continue;
+    uint64_t age = sel.now_ns > s->free_ns ? sel.now_ns - s->free_ns : 0;
+    uint32_t want = s->retained | (sel.include_lazy ? s->lazy : 0);
+    if (!want || (s->retained && age < sel.min_age_free_ns)) continue;
+    uint32_t mask = add_ranges(b, s->base, want, max_range);
+    s->purging = mask;               // units being purged
+    s->purge_mask = s->lazy & mask;  // of which were LAZY
+    s->retained &= ~mask;
+    s->lazy &= ~mask;
+    if (!s->retained) dirty_remove(s);
+  }
+  return len;
+}
+
+bool Backend::batch_full(const PurgeSelect& sel, const PurgeBatch* b) {
+  return b->bytes >= sel.max_bytes || b->nitems == PurgeBatch::kMaxItems ||
+         b->nranges == PurgeBatch::kMaxRanges;
+}
+
+void Backend::purge_collect(const PurgeSelect& sel, PurgeBatch* b) {
+  b->nranges = 0;
+  b->nitems = 0;
+  b->bytes = 0;
+  uint64_t min_age = sel.min_age_free_ns < sel.min_age_partial_ns ? sel.min_age_free_ns
+                                                                  : sel.min_age_partial_ns;
+  size_t max_range = sel.max_range < kUnitSize ? kUnitSize : sel.max_range;
+  LockGuard g(lock_);
+  // Oldest first along the dirty list.  After each take the list may have
+  // lost entries, so the walk restarts at its head (skipping is bounded by
+  // the batch's item limit).
+  SlotMeta* m = dirty_head_;
+  while (m && !batch_full(sel, b)) {
+    uint64_t age = sel.now_ns > m->free_ns ? sel.now_ns - m->free_ns : 0;
+    if (age < min_age) break;  // the rest of the list is younger
+    if (m->kind == SlotKind::kUnits && age >= sel.min_age_partial_ns) {
+      uint32_t want = m->retained | (sel.include_lazy ? m->lazy : 0);
+      if (!take_units(m, want, b, max_range)) break;
+      m = dirty_head_;
+    } else if (m->kind == SlotKind::kFree && age >= sel.min_age_free_ns) {
+      take_run(m, sel, b, max_range);
+      m = dirty_head_;
+    } else {
+      m = m->dirty_next;
+    }
+  }
+}
+
+void Backend::purge_collect_all(const PurgeSelect& sel, PurgeCursor* cur, PurgeBatch* b) {
+  b->nranges = 0;
+  b->nitems = 0;
+  b->bytes = 0;
+  size_t max_range = sel.max_range < kUnitSize ? kUnitSize : sel.max_range;
+  LockGuard g(lock_);
+  if (!cur->started) {
+    cur->arena = arenas_;
+    cur->slot = 0;
+    cur->started = true;
+  }
+  while (cur->arena && !batch_full(sel, b)) {
+    Arena* a = cur->arena;
+    if (cur->slot >= a->nslots) {
+      cur->arena = a->next;
+      cur->slot = 0;
+      continue;
+    }
+    SlotMeta* m = &a->slots[cur->slot];
+    uint32_t want = m->retained | (sel.include_lazy ? m->lazy : 0);
+    if (m->kind == SlotKind::kUnits) {
+      want &= ~m->used;
+      if (want && !take_units(m, want, b, max_range)) break;
+      cur->slot++;
+    } else if (m->kind == SlotKind::kFree) {
+      // Take the run if any of its slots has something to purge.  Runs may
+      // have changed since the last batch, so find the head again.
+      while (SlotMeta* left = neighbor(m, -1)) {
+        if (left->kind != SlotKind::kFree) break;
+        m = left;
+      }
+      size_t len = m->run_len;
+      cur->slot = size_t(m - a->slots);
+      bool any = false;
+      for (size_t i = 0; i < len && !any; ++i) {
+        any = ((m + i)->retained | (sel.include_lazy ? (m + i)->lazy : 0)) != 0;
+      }
+      if (any) {
+        PurgeSelect all = sel;
+        all.min_age_free_ns = 0;
+        take_run(m, all, b, max_range);
+      }
+      cur->slot += len;
+    } else {
+      cur->slot++;
+    }
+  }
+}
+
+void Backend::purge_finish(PurgeBatch* b, bool made_clean, bool failed) {
+  LockGuard g(lock_);
+  auto settle = [&](SlotMeta* s, uint32_t mask, uint32_t was_lazy) {
+    if (!mask) return;
+    if (failed) {
+      s->retained |= mask & ~was_lazy;
+      s->lazy |= was_lazy;
+      if (s->retained && !s->in_dirty) dirty_touch(s, s->free_ns);
+      return;
+    }
+    uint64_t from_retained = units_bytes(mask & ~was_lazy);
+    uint64_t from_lazy = units_bytes(was_lazy);
+    stats_->sub(Stat::retained_bytes, from_retained);
+    stats_->sub(Stat::lazy_bytes, from_lazy);
+    if (made_clean) {
+      stats_->add(Stat::clean_bytes, from_retained + from_lazy);
+    } else {
+      stats_->add(Stat::lazy_bytes, from_retained + from_lazy);
+      s->lazy |= mask;
+    }
+  };
+  for (unsigned i = 0; i < b->nitems; ++i) {
+    PurgeBatch::Item& it = b->items[i];
+    if (it.run_len == 0) {
+      SlotMeta* m = it.slot;
+      settle(m, it.mask, m->purge_mask);
+      m->purge_mask = 0;
+      m->used &= ~it.mask;
+      m->purging &= ~it.mask;
+      if (m->used == 0) slot_units_to_free_run(m, 0); else partial_add(m);
+      continue;
+    }
+    for (size_t j = 0; j < it.run_len; ++j) {
+      SlotMeta* s = it.slot + j;
+      settle(s, s->purging, s->purge_mask);
+      s->purging = 0;
+      s->purge_mask = 0;
+    }
+    insert_free_run(it.slot, it.run_len);
+  }
+  b->nitems = 0;
+  b->nranges = 0;
+}
+
+uint64_t Backend::oldest_retained_ns() {
+  LockGuard g(lock_);
+  return dirty_head_ ? dirty_head_->free_ns : 0;
+}
+
+MemoryState Backend::memory_state() const {
+  return {stats_->get(Stat::reserved_bytes), stats_->get(Stat::active_bytes),
+          stats_->get(Stat::retained_bytes), stats_->get(Stat::lazy_bytes),
+          stats_->get(Stat::clean_bytes)};
+}
+
+}  // namespace lazymalloc

@@ -1,0 +1,228 @@
+// The backend: address space in 2 MiB-aligned slots, unit runs and slot runs
+// handed out as spans, the page map from address to span, and the page state
+// (RETAINED / LAZY / CLEAN) and age of every free unit.
+//
+// Page-state machine (per 64 KiB unit; see docs/design.md):
+//
+//   in use --free--> RETAINED --purge(MADV_FREE)--> LAZY --purge(DONTNEED)--> CLEAN
+//     ^                 |                             |                        |
+//     +------reuse------+-------reuse (no fault)------+--reuse (zero, faults)--+
+//
+// A never-touched unit is CLEAN.  The backend only keeps the books and hands
+// ranges to the purger (purge/): it never decides when to purge and never
+// calls madvise itself, so the policy is testable with a fake platform.
+//
+// Locking: one mutex (`lock_`) guards every field below except the page map
+// lookups, which are lock-free (entries are written before any pointer into
+// their slot is handed out and never cleared while an arena lives).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/meta_pool.h"
+#include "backend/span.h"
+#include "core/bits.h"
+#include "core/config.h"
+#include "core/stats.h"
+#include "pal/lock.h"
+#include "pal/pal.h"
+
+namespace lazymalloc {
+
+struct Arena;
+
+enum class SlotKind : uint8_t {
+  kFree = 0,   // part of a free slot run (every unit free)
+  kUnits,      // cut into unit runs (small spans, large blocks), some may be free
+  kHuge,       // part of a huge block
+  kPurging,    // part of a free run held by the purger while madvise runs
+};
+
+struct SlotMeta {
+  Span* unit_span[kUnitsPerSlot];  // span covering each unit, nullptr if free
+  uint32_t used;       // kUnits: units allocated or held by the purger
+  uint32_t retained;   // free units that are resident (never set with `used`)
+  uint32_t lazy;       // free units given MADV_FREE
+  uint32_t purging;    // kUnits: units held by the purger (subset of `used`)
+  uint32_t purge_mask; // kPurging runs: units of this slot being purged
+  SlotKind kind;
+  bool in_dirty;
+  bool in_partial;
+  uint32_t run_len;    // kFree: length in slots, valid on a run's first and last slot
+  uint64_t free_ns;    // when a unit of this slot last became free
+  SlotMeta* free_next; // free-run bin (first slot of a run)
+  SlotMeta* free_prev;
+  SlotMeta* part_next; // slots of kind kUnits with free units
+  SlotMeta* part_prev;
+  SlotMeta* dirty_next;  // slots with RETAINED free units, oldest free first
+  SlotMeta* dirty_prev;
+  Arena* arena;
+  uintptr_t base;      // address of the slot
+};
+
+struct Arena {
+  uintptr_t base;
+  size_t nslots;
+  SlotMeta* slots;
+  Arena* next;
+};
+
+// One range handed to the purger.
+struct PurgeRange {
+  char* addr;
+  size_t len;
+};
+
+// What one purge_collect() took: ranges to advise, and how to give them back.
+struct PurgeBatch {
+  static constexpr unsigned kMaxRanges = 64;
+  static constexpr unsigned kMaxItems = 32;
+  struct Item {
+    SlotMeta* slot;    // kUnits slot (mask) or the first slot of a taken free run
+    uint32_t mask;     // kUnits: units taken
+    uint32_t run_len;  // free run: slots taken (0 for a unit item)
+  };
+  PurgeRange ranges[kMaxRanges];
+  unsigned nranges = 0;
+  Item items[kMaxItems];
+  unsigned nitems = 0;
+  size_t bytes = 0;
+};
+
+// Which free units a purge may take.
+struct PurgeSelect {
+  uint64_t now_ns;
+  uint64_t min_age_free_ns;     // units in wholly free slots idle at least this long
+  uint64_t min_age_partial_ns;  // units in slots that hold live data
+  size_t max_bytes;             // stop after this many bytes (one lock hold)
+  size_t max_range;             // split ranges larger than this
+  bool include_lazy;            // also take LAZY units (to make them CLEAN)
+};
+
+// Resumable position of purge_collect_all().
+struct PurgeCursor {
+  Arena* arena = nullptr;
+  size_t slot = 0;
+  bool started = false;
+};
+
+struct MemoryState {
+  uint64_t reserved, active, retained, lazy, clean;
+};
+
+class Backend {
+ public:
+  constexpr Backend() = default;
+
+  // `platform` and `stats` must outlive the backend.
+  void init(const Platform* platform, Stats* stats, size_t arena_reserve, bool hugepages);
+
+  // A span of `bytes` (rounded up to units, or to slots beyond kMaxLarge or
+  // when `align` > kUnitSize) aligned to `align`.  Sets span->zero when every
+  // byte is known to read as zero.  nullptr when out of memory.
+  Span* alloc(size_t bytes, size_t align);
+  // Gives a span back; its units become RETAINED and young.
+  void release(Span* span);
+  // Grows or shrinks a huge span in place to `bytes`; false if it cannot.
+  bool resize_huge(Span* span, size_t bytes);
+
+  // Lock-free: the span covering `p`, or nullptr if `p` is not in a live span
+  // of this backend (foreign pointer, or a freed unit).
+  Span* span_of(const void* p) const {
+    uintptr_t a = reinterpret_cast<uintptr_t>(p);
+    uintptr_t slot = a >> kSlotShift;
+    if (LM_UNLIKELY(slot >= (uintptr_t(1) << (kAddressBits - kSlotShift)))) return nullptr;
+    SlotMeta** leaf = root_[slot >> kLeafBits].load(std::memory_order_acquire);
+    if (LM_UNLIKELY(!leaf)) return nullptr;
+    SlotMeta* m = leaf[slot & (kLeafSize - 1)];
+    if (LM_UNLIKELY(!m)) return nullptr;
+    return m->unit_span[(a >> kUnitShift) & (kUnitsPerSlot - 1)];
+  }
+  // True if `p` lies in address space this backend reserved.
+  bool owns_address(const void* p) const;
+
+  // Purge mechanism (policy is in purge/).  purge_collect takes free units
+  // chosen by `sel`, oldest first, out of circulation and lists their ranges;
+  // the caller advises them with no lock held, then calls purge_finish with
+  // the state they are now in (LAZY for MADV_FREE, CLEAN for DONTNEED; on
+  // failure pass `failed` = true and they return as they were).
+  void purge_collect(const PurgeSelect& sel, PurgeBatch* batch);
+  void purge_finish(PurgeBatch* batch, bool made_clean, bool failed);
+  // Like purge_collect, but walks every slot in address order from `cursor`
+  // regardless of age (malloc_trim, explicit purges, memory pressure).
+  // Done when cursor->arena is nullptr after the call.
+  void purge_collect_all(const PurgeSelect& sel, PurgeCursor* cursor, PurgeBatch* batch);
+  // Age of the oldest RETAINED free unit, or 0 if there is none.
+  uint64_t oldest_retained_ns();
+
+  MemoryState memory_state() const;
+  Stats* stats() const { return stats_; }
+  const Platform* platform() const { return platform_; }
+
+  void fork_prepare() {
+    lock_.lock();
+    spans_.lock().lock();
+    arena_records_.lock().lock();
+  }
+  void fork_parent() {
+    arena_records_.lock().unlock();
+    spans_.lock().unlock();
+    lock_.unlock();
+  }
+  void fork_child() {
+    arena_records_.lock().reset();
+    spans_.lock().reset();
+    lock_.reset();
+  }
+
+ private:
+  static constexpr unsigned kLeafBits = 13;
+  static constexpr size_t kLeafSize = size_t(1) << kLeafBits;
+  static constexpr size_t kRootSize = size_t(1) << (kAddressBits - kSlotShift - kLeafBits);
+  static constexpr unsigned kBins = 64;
+
+  // All REQUIRES: lock_ held.
+  Arena* add_arena(size_t min_slots, size_t align);
+  bool register_arena(Arena* a);
+  SlotMeta* take_free_run(size_t nslots);
+  void carve_run(SlotMeta* head, size_t nslots);  // head is a free run's first slot
+  void insert_free_run(SlotMeta* first, size_t nslots);
+  void remove_free_run(SlotMeta* head);
+  void release_slots(SlotMeta* first, size_t nslots, uint64_t now);
+  Span* alloc_units(unsigned n);
+  Span* alloc_slots(size_t nslots, size_t align);
+  void account_take(SlotMeta* m, uint32_t mask);
+  void dirty_touch(SlotMeta* m, uint64_t now);
+  void dirty_remove(SlotMeta* m);
+  void partial_add(SlotMeta* m);
+  void partial_remove(SlotMeta* m);
+  void slot_units_to_free_run(SlotMeta* m, uint64_t now);
+  static unsigned bin_of(size_t nslots);
+  bool take_units(SlotMeta* m, uint32_t want, PurgeBatch* b, size_t max_range);
+  size_t take_run(SlotMeta* any, const PurgeSelect& sel, PurgeBatch* b, size_t max_range);
+  static bool batch_full(const PurgeSelect& sel, const PurgeBatch* b);
+  void bin_push(SlotMeta* head);
+  void bin_unlink(SlotMeta* head);
+  SlotMeta* slot_at(Arena* a, size_t index) const { return index < a->nslots ? &a->slots[index] : nullptr; }
+  SlotMeta* neighbor(SlotMeta* m, ptrdiff_t delta) const;
+  Span* new_span();
+
+  const Platform* platform_ = nullptr;
+  Stats* stats_ = nullptr;
+  size_t arena_reserve_ = 0;
+  bool hugepages_ = true;
+
+  mutable Mutex lock_;
+  Arena* arenas_ = nullptr;
+  SlotMeta* bins_[kBins] = {};
+  uint64_t bin_mask_ = 0;
+  SlotMeta* partial_ = nullptr;
+  SlotMeta* dirty_head_ = nullptr;
+  SlotMeta* dirty_tail_ = nullptr;
+  MetaPool<Span> spans_;
+  MetaPool<Arena> arena_records_;
+  std::atomic<SlotMeta**> root_[kRootSize] = {};
+};
+
+}  // namespace lazymalloc

@@ -1,0 +1,65 @@
+// Span: a run of units inside one slot, or of whole slots, handed out by the
+// backend.  The record lives in allocator metadata, never inside the memory
+// it describes, so a user's overflow cannot reach it.
+//
+// Field ownership:
+//   backend fields  written under the backend lock when the span is created
+//                   or destroyed; read by anyone holding a live pointer into it.
+//   frontend fields (small spans) written only by the thread that owns
+//                   `heap`, except `xfree`, which other threads push to with
+//                   CAS (see frontend/heap.cc for the protocol).
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+namespace lazymalloc {
+
+struct Heap;
+struct SlotMeta;
+
+struct Block {
+  Block* next;
+};
+
+enum class SpanKind : uint8_t { kSmall, kLarge, kHuge };
+
+// Low bits of Span::xfree.
+enum : uintptr_t {
+  kXfreeNormal = 0,   // owner collects remote frees when it needs them
+  kXfreeNotify = 1,   // span is on its heap's full list: the next remote free
+                      // must push the span onto the heap's delayed list
+  kXfreeNotified = 2, // it has been pushed; later remote frees just add blocks
+  kXfreeMask = 3,
+};
+
+struct Span {
+  // ---- frontend (small spans) ----
+  Block* free;          // allocation list
+  Block* local_free;    // owner's frees, swapped into `free` when it runs dry
+  uint32_t used;        // objects handed out and not yet known to be free
+  uint32_t capacity;    // objects that fit
+  uint32_t reserved;    // objects carved so far (the rest were never touched)
+  uint32_t obj_size;    // bytes per object (the usable size)
+  uint64_t div_magic;   // (offset * div_magic) >> 40 == offset / obj_size (offset < 2 MiB)
+  uint8_t cls;          // size class
+  SpanKind kind;
+  uint8_t in_full;      // on the heap's full list
+  uint8_t zero;         // memory was zero when the backend handed it out
+  Heap* heap;           // owner (small spans), nullptr otherwise
+  Span* next;           // heap queue links
+  Span* prev;
+  std::atomic<uintptr_t> xfree;  // remote frees: Block* | state bits
+  Span* next_delayed;   // heap's delayed list link
+
+  // ---- backend ----
+  char* start;
+  size_t bytes;         // units * 64 KiB, or slots * 2 MiB
+  SlotMeta* slot;       // first slot
+  uint32_t first_unit;  // unit spans: first unit and count within `slot`
+  uint32_t nunits;
+  size_t nslots;        // huge spans: slots in the run
+};
+
+}  // namespace lazymalloc

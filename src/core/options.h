@@ -1,0 +1,97 @@
+// The options table: every tunable of lazymalloc, declared once.
+//
+// Each option is read at start-up from the environment variable
+// LAZYMALLOC_<NAME> (NAME upper-cased), e.g. LAZYMALLOC_DECAY_MS=500.
+// Sizes accept K/M/G suffixes (powers of 1024); booleans accept
+// 1/0/true/false/yes/no/on/off; enumerations accept a name or its index.
+// A malformed value is reported on stderr and the default kept.
+// docs/options.md is generated from the same table (tools: lazymalloc-run
+// --list-options prints it).
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+namespace lazymalloc {
+
+class Writer;
+
+enum class OptKind : uint8_t { kBool, kInt, kSize, kMillis, kEnum };
+
+// X(name, kind, default, min, max, enum choices ("a|b|c") or nullptr, doc)
+#define LAZYMALLOC_OPTIONS(X)                                                              \
+  X(stats, kEnum, 0, 0, 2, "off|text|json",                                                \
+    "print statistics to stderr when the process exits (1 = text)")                         \
+  X(verbose, kBool, 0, 0, 1, nullptr,                                                      \
+    "report option problems and unusual events (failed madvise, fallbacks) on stderr")     \
+  X(purge, kEnum, 0, 0, 3, "adaptive|decay|eager|never",                                   \
+    "release policy: adaptive and decay give back memory idle for decay_ms (adaptive "     \
+    "adds hysteresis once the release engine lands); eager purges on every free; never "   \
+    "keeps everything until malloc_trim or lazymalloc_purge")                              \
+  X(purge_advice, kEnum, 0, 0, 2, "auto|free|dontneed",                                     \
+    "how idle memory is given back: MADV_FREE (lazy: pages stay until the kernel needs "   \
+    "them), MADV_DONTNEED (Rss drops at once), or auto (MADV_FREE, falling back to "       \
+    "MADV_DONTNEED where the kernel refuses MADV_FREE)")                                    \
+  X(decay_ms, kMillis, 1000, 0, 3600000, nullptr,                                          \
+    "free 2 MiB slots unused this long are given back (background thread)")                \
+  X(partial_decay_ms, kMillis, 4000, 0, 3600000, nullptr,                                  \
+    "free 64 KiB units inside slots that still hold live data wait this long: purging "    \
+    "them splits a transparent hugepage")                                                  \
+  X(purge_batch, kSize, 8 << 20, 64 << 10, int64_t(1) << 40, nullptr,                      \
+    "largest range given to one madvise call, and most bytes taken per allocator-lock "    \
+    "hold by the purger, so concurrent page faults and allocations are not starved")       \
+  X(background, kBool, 1, 0, 1, nullptr,                                                   \
+    "run decay purges on a background thread (started on first need); without it, "        \
+    "purges run inline from free() at most once per background_interval_ms")              \
+  X(background_interval_ms, kMillis, 100, 1, 60000, nullptr,                               \
+    "how often the background thread looks for idle memory")                               \
+  X(arena_reserve, kSize, int64_t(1) << 30, 4 << 20, int64_t(1) << 40, nullptr,            \
+    "address space reserved at a time (no memory is committed by reserving); halved on "   \
+    "failure, e.g. under RLIMIT_AS")                                                        \
+  X(hugepages, kBool, 1, 0, 1, nullptr,                                                    \
+    "advise arenas with MADV_HUGEPAGE so that 2 MiB slots are backed by transparent "      \
+    "hugepages where the system allows (THP 'madvise' or 'always')")
+
+enum class Opt : unsigned {
+#define LM_OPT_ENUM(name, kind, def, mn, mx, choices, doc) name,
+  LAZYMALLOC_OPTIONS(LM_OPT_ENUM)
+#undef LM_OPT_ENUM
+  kCount
+};
+
+inline constexpr unsigned kOptionCount = unsigned(Opt::kCount);
+
+struct OptionInfo {
+  const char* name;
+  OptKind kind;
+  int64_t def;
+  int64_t min;
+  int64_t max;
+  const char* choices;
+  const char* doc;
+};
+
+extern const OptionInfo kOptionInfo[kOptionCount];
+extern std::atomic<int64_t> g_option_values[kOptionCount];
+
+inline int64_t option(Opt o) { return g_option_values[unsigned(o)].load(std::memory_order_relaxed); }
+
+// Purge policies (values of Opt::purge) and advice (Opt::purge_advice).
+enum PurgePolicy : int64_t { kPurgeAdaptive = 0, kPurgeDecay = 1, kPurgeEager = 2, kPurgeNever = 3 };
+enum PurgeAdviceOpt : int64_t { kAdviceAuto = 0, kAdviceFree = 1, kAdviceDontneed = 2 };
+
+// Parses `text` for option `o`; returns false (value untouched) if malformed
+// or out of range.
+bool option_parse(unsigned o, const char* text, int64_t* value);
+// Finds an option by lower-case name; returns kOptionCount if unknown.
+unsigned option_find(const char* name);
+// Reads every LAZYMALLOC_* variable from `envp` (NULL-terminated), reporting
+// problems through `report` (may be null).
+void options_load(char** envp, void (*report)(const char* msg, size_t len));
+// Sets option `o` if `value` is in range.
+bool option_set(unsigned o, int64_t value);
+// "name = value" lines (text) or a JSON object body (json).
+void options_write(Writer& w, bool json);
+
+}  // namespace lazymalloc

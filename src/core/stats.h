@@ -1,0 +1,121 @@
+// The statistics table: every counter lazymalloc keeps, declared once.
+//
+// Two families, printed together (text and JSON, see docs/stats.md):
+//  - global statistics, kept by the backend and the purge engine under their
+//    own locks or with relaxed atomics (LAZYMALLOC_GLOBAL_STATS);
+//  - per-heap statistics, kept by each thread heap without atomics on the
+//    owning thread and summed over all heaps when printed
+//    (LAZYMALLOC_HEAP_STATS).
+// A "gauge" goes up and down (bytes in a state now); a "counter" only grows.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+namespace lazymalloc {
+
+class Writer;
+
+// X(name, kind, description)
+#define LAZYMALLOC_GLOBAL_STATS(X)                                                                \
+  X(reserved_bytes, gauge, "address space reserved from the kernel (arenas); costs no memory")   \
+  X(arenas, gauge, "arenas (contiguous reservations) registered in the page map")                \
+  X(active_bytes, gauge, "bytes in spans that hold live data: small-object spans, large and "    \
+                         "huge blocks")                                                          \
+  X(retained_bytes, gauge, "free bytes still resident: nothing told to the kernel, reuse is free") \
+  X(lazy_bytes, gauge, "free bytes given to the kernel with MADV_FREE: resident until the kernel " \
+                       "needs memory (shown as LazyFree in smaps), reuse costs no fault")        \
+  X(clean_bytes, gauge, "free bytes that read as zero: never touched, or MADV_DONTNEED")         \
+  X(metadata_bytes, gauge, "bytes mapped for allocator metadata (slot, span and heap records)")  \
+  X(small_spans, gauge, "live small-object spans")                                               \
+  X(large_blocks, gauge, "live large blocks (unit runs)")                                        \
+  X(huge_blocks, gauge, "live huge blocks (slot runs)")                                          \
+  X(huge_bytes, gauge, "bytes in live huge blocks")                                              \
+  X(large_allocs, counter, "large blocks allocated")                                             \
+  X(huge_allocs, counter, "huge blocks allocated")                                               \
+  X(huge_inplace_resizes, counter, "realloc of huge blocks done in place")                        \
+  X(reuse_retained_bytes, counter, "bytes handed out from RETAINED free memory (no kernel work)") \
+  X(reuse_lazy_bytes, counter, "bytes handed out from LAZY memory (no fault unless the kernel "  \
+                               "took the page)")                                                 \
+  X(reuse_clean_bytes, counter, "bytes handed out from CLEAN memory (each touched page faults)") \
+  X(mmap_calls, counter, "mmap calls (arena and metadata reservations)")                         \
+  X(mmap_failures, counter, "mmap calls that failed (the allocator then reports ENOMEM)")        \
+  X(purge_lazy_calls, counter, "madvise(MADV_FREE) calls")                                       \
+  X(purge_lazy_bytes, counter, "bytes given back with MADV_FREE")                                \
+  X(purge_dontneed_calls, counter, "madvise(MADV_DONTNEED) calls")                               \
+  X(purge_dontneed_bytes, counter, "bytes given back with MADV_DONTNEED")                        \
+  X(purge_failures, counter, "madvise calls the kernel refused")                                 \
+  X(purge_free_unsupported, counter, "1 once the kernel refused MADV_FREE (then MADV_DONTNEED is used)") \
+  X(purge_ns, counter, "nanoseconds spent inside madvise for purging")                           \
+  X(purge_passes, counter, "purge passes run (background, inline, trim, explicit)")              \
+  X(background_wakeups, counter, "times the background thread woke up")                          \
+  X(background_threads, gauge, "background purge threads running")                               \
+  X(inline_purges, counter, "decay purges run inline from free() (no background thread)")        \
+  X(heaps, gauge, "thread heaps in existence (owned or pooled)")                                 \
+  X(heaps_pooled, gauge, "heaps of exited threads waiting to be adopted")                        \
+  X(heap_adoptions, counter, "new threads that adopted a pooled heap")                           \
+  X(thread_exits, counter, "threads whose heap went back to the pool")
+
+#define LAZYMALLOC_HEAP_STATS(X)                                                                 \
+  X(span_refills, counter, "slow-path refills of a size class (new or reused span)")             \
+  X(spans_acquired, counter, "small spans taken from the backend")                               \
+  X(spans_released, counter, "empty small spans given back to the backend")                      \
+  X(remote_frees, counter, "frees of objects owned by another thread's heap")                    \
+  X(delayed_spans, counter, "full spans revived by another thread's free")                       \
+  X(large_frees, counter, "large and huge blocks freed")
+
+enum class Stat : unsigned {
+#define LM_STAT_ENUM(name, kind, doc) name,
+  LAZYMALLOC_GLOBAL_STATS(LM_STAT_ENUM)
+#undef LM_STAT_ENUM
+  kCount
+};
+
+enum class HeapStat : unsigned {
+#define LM_STAT_ENUM(name, kind, doc) name,
+  LAZYMALLOC_HEAP_STATS(LM_STAT_ENUM)
+#undef LM_STAT_ENUM
+  kCount
+};
+
+inline constexpr unsigned kStatCount = unsigned(Stat::kCount);
+inline constexpr unsigned kHeapStatCount = unsigned(HeapStat::kCount);
+
+// One set of global statistics (the process has one; tests make their own).
+struct Stats {
+  std::atomic<uint64_t> v[kStatCount] = {};
+
+  void add(Stat s, uint64_t n) { v[unsigned(s)].fetch_add(n, std::memory_order_relaxed); }
+  void sub(Stat s, uint64_t n) { v[unsigned(s)].fetch_sub(n, std::memory_order_relaxed); }
+  void set(Stat s, uint64_t n) { v[unsigned(s)].store(n, std::memory_order_relaxed); }
+  uint64_t get(Stat s) const { return v[unsigned(s)].load(std::memory_order_relaxed); }
+};
+
+// Per-heap statistics: written only by the owning thread (plain load+store,
+// no read-modify-write), read by anyone.
+struct HeapStats {
+  std::atomic<uint64_t> v[kHeapStatCount] = {};
+
+  void inc(HeapStat s, uint64_t n = 1) {
+    auto& c = v[unsigned(s)];
+    c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+  }
+};
+
+struct StatInfo {
+  const char* name;
+  bool gauge;
+  const char* doc;
+};
+extern const StatInfo kStatInfo[kStatCount];
+extern const StatInfo kHeapStatInfo[kHeapStatCount];
+
+// Finds a statistic by name: returns true and sets *heap_stat and *index.
+bool stat_find(const char* name, bool* heap_stat, unsigned* index);
+
+// Writes all statistics: `global` has kStatCount values, `heap` the sums of
+// kHeapStatCount per-heap values.  Text is a table with descriptions; JSON
+// is one object {"version":..,"stats":{..},"options":{..}}.
+void stats_write(Writer& w, const uint64_t* global, const uint64_t* heap, bool json);
+
+}  // namespace lazymalloc

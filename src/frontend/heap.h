@@ -1,0 +1,68 @@
+// Thread heaps and the allocation entry points of lazymalloc.
+//
+// Each thread allocates small objects from its own heap: per size class, a
+// queue of spans with free objects; the head span's free list is the fast
+// path (no lock, no atomic read-modify-write).  A free by the owning thread
+// pushes onto the span's local list; a free by another thread pushes onto
+// the span's atomic `xfree` list (one CAS), so cross-thread frees never take
+// a global lock.  Spans that ran out of objects wait on the heap's full list;
+// the first remote free into one pushes it on the heap's lock-free `delayed`
+// list, from which the owner revives it (the xfree state bits in span.h).
+//
+// Heaps outlive threads: at thread exit a heap returns its empty spans to
+// the backend and goes to a pool; the next new thread adopts it, so thread
+// churn reuses warm spans.  After fork() the child pools every heap but the
+// forking thread's.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/backend.h"
+#include "backend/span.h"
+#include "core/stats.h"
+#include "frontend/size_class.h"
+
+namespace lazymalloc {
+
+struct SpanQueue {
+  Span* head = nullptr;
+  Span* tail = nullptr;
+};
+
+struct Heap {
+  constexpr explicit Heap(Span* empty) {
+    for (auto& d : direct) d = empty;
+  }
+
+  Span* direct[kDirectSlots] = {};  // (size + 15) / 16 -> head span of its class
+  SpanQueue queue[kSmallClasses] = {};
+  Span* full = nullptr;             // spans with no free object (doubly linked)
+  std::atomic<Span*> delayed{nullptr};
+  HeapStats stats;
+  Heap* next_all = nullptr;         // every heap ever made
+  Heap* next_pool = nullptr;        // heaps without a thread
+  bool owned = false;
+};
+
+// ---- allocation API (what override/ exports under the standard names) ----
+void* lm_malloc(size_t size);
+void* lm_calloc(size_t count, size_t size);
+void* lm_realloc(void* p, size_t size);
+void* lm_aligned(size_t size, size_t align);  // align: power of two
+void lm_free(void* p);
+size_t lm_usable_size(const void* p);
+
+// ---- process-wide services ----
+void lm_init();  // idempotent; called on first use
+int lm_trim();   // malloc_trim: collect this thread's heap, purge all (DONTNEED)
+size_t lm_purge(bool now);
+void lm_thread_collect();
+void lm_memory_state(uint64_t out[5]);
+size_t lm_stats_write(char* buf, size_t len, bool json);
+void lm_stats_print(bool json);
+int lm_stat_get(const char* name, uint64_t* value);
+// Report an invalid pointer passed to `fn` and abort.
+[[noreturn]] void lm_invalid_pointer(const char* fn, const void* p, const char* why);
+
+}  // namespace lazymalloc

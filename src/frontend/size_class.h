@@ -1,0 +1,65 @@
+// Size classes for small objects (<= kMaxSmall = 256 KiB).
+//
+// Classes 0..7 are 16..128 bytes in steps of 16; above that each power of two
+// is split into four classes (160, 192, 224, 256, 320, ...), so internal
+// waste is at most 25% and on average about 10%.  Every class size is a
+// multiple of 16, and every power of two is a class, which is how aligned
+// requests are served from small spans (see class_for_aligned).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/bits.h"
+#include "core/config.h"
+
+namespace lazymalloc {
+
+inline constexpr unsigned kSmallClasses = 8 + 4 * 11;  // 52: the last is 256 KiB
+inline constexpr size_t kDirectMax = 1024;             // sizes with a direct lookup
+inline constexpr unsigned kDirectSlots = kDirectMax / 16 + 1;
+
+constexpr size_t class_size(unsigned c) {
+  if (c < 8) return size_t(c + 1) * 16;
+  unsigned g = (c - 8) / 4, k = (c - 8) % 4;
+  return (size_t(128) << g) + size_t(k + 1) * (size_t(32) << g);
+}
+
+// Class for a size in 1..kMaxSmall.
+inline unsigned size_class(size_t size) {
+  if (size <= 128) return size ? unsigned((size - 1) >> 4) : 0;
+  size_t s = size - 1;
+  unsigned b = log2_floor(s);  // >= 7
+  return 8 + (b - 7) * 4 + unsigned((s >> (b - 2)) & 3);
+}
+
+// Class whose size is a multiple of `align` (a power of two <= 64 KiB) and at
+// least `size`; kSmallClasses if none is small.
+inline unsigned class_for_aligned(size_t size, size_t align) {
+  if (size > kMaxSmall) return kSmallClasses;
+  if (align <= kMinAlign) return size_class(size);
+  size_t want = align_up(size < align ? align : size, align);
+  if (want > kMaxSmall) return kSmallClasses;
+  unsigned c = size_class(want);
+  if (class_size(c) % align == 0) return c;
+  // Round up to the next power of two, which is always a class.
+  size_t p = size_t(1) << (log2_floor(want - 1) + 1);
+  return p <= kMaxSmall ? size_class(p) : kSmallClasses;
+}
+
+// Units (64 KiB) in a span of class `c`: at least 8 objects and at most 1/8
+// of the span lost to the tail, within one slot.
+constexpr unsigned span_units(unsigned c) {
+  size_t size = class_size(c);
+  for (unsigned n = 1; n <= kUnitsPerSlot; ++n) {
+    size_t bytes = size_t(n) * kUnitSize;
+    if (bytes / size < 8) continue;
+    if ((bytes % size) * 8 <= bytes) return n;
+  }
+  return kUnitsPerSlot;
+}
+
+static_assert(class_size(kSmallClasses - 1) == kMaxSmall);
+static_assert(class_size(7) == 128 && class_size(8) == 160 && class_size(11) == 256);
+
+}  // namespace lazymalloc

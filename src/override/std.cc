@@ -1,0 +1,124 @@
+// The standard allocation API under its usual names, overriding glibc's when
+// the library is preloaded or linked.  Every function behaves as glibc 2.36's
+// does, errno included (see tests/api).
+#include <errno.h>
+#include <malloc.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/bits.h"
+#include "frontend/heap.h"
+#include "lazymalloc/lazymalloc.h"
+
+using namespace lazymalloc;
+
+#define LM_EXPORT extern "C" __attribute__((visibility("default")))
+
+LM_EXPORT void* malloc(size_t size) { return lm_malloc(size); }
+LM_EXPORT void free(void* p) { lm_free(p); }
+LM_EXPORT void cfree(void* p) { lm_free(p); }
+LM_EXPORT void* calloc(size_t count, size_t size) { return lm_calloc(count, size); }
+LM_EXPORT void* realloc(void* p, size_t size) { return lm_realloc(p, size); }
+
+LM_EXPORT void* reallocarray(void* p, size_t count, size_t size) {
+  size_t total;
+  if (__builtin_mul_overflow(count, size, &total)) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  return lm_realloc(p, total);
+}
+
+LM_EXPORT void* memalign(size_t alignment, size_t size) { return lazymalloc_aligned_alloc(alignment, size); }
+LM_EXPORT void* aligned_alloc(size_t alignment, size_t size) { return lazymalloc_aligned_alloc(alignment, size); }
+
+LM_EXPORT int posix_memalign(void** out, size_t alignment, size_t size) {
+  return lazymalloc_posix_memalign(out, alignment, size);
+}
+
+LM_EXPORT void* valloc(size_t size) { return lazymalloc_aligned_alloc(kOsPageSize, size); }
+
+LM_EXPORT void* pvalloc(size_t size) {
+  size_t rounded;
+  if (__builtin_add_overflow(size, kOsPageSize - 1, &rounded)) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  rounded &= ~(kOsPageSize - 1);
+  return lazymalloc_aligned_alloc(kOsPageSize, rounded ? rounded : kOsPageSize);
+}
+
+LM_EXPORT size_t malloc_usable_size(void* p) { return lm_usable_size(p); }
+
+LM_EXPORT int malloc_trim(size_t) { return lm_trim(); }
+
+// glibc's parameters are accepted and ignored: lazymalloc has no arenas,
+// mmap threshold or top pad to tune (its options are LAZYMALLOC_*).  glibc
+// returns 1 for every parameter number, known or not; so do we.
+LM_EXPORT int mallopt(int, int) { return 1; }
+
+LM_EXPORT void malloc_stats(void) { lm_stats_print(false); }
+
+LM_EXPORT int malloc_info(int options, FILE* fp) {
+  if (options != 0) return EINVAL;
+  if (!fp) return EINVAL;
+  uint64_t m[5];
+  lm_memory_state(m);
+  fprintf(fp,
+          "<malloc version=\"lazymalloc-0.1.0\">\n"
+          "<total type=\"reserved\" size=\"%llu\"/>\n"
+          "<total type=\"active\" size=\"%llu\"/>\n"
+          "<total type=\"retained\" size=\"%llu\"/>\n"
+          "<total type=\"lazy\" size=\"%llu\"/>\n"
+          "<total type=\"clean\" size=\"%llu\"/>\n"
+          "</malloc>\n",
+          (unsigned long long)m[0], (unsigned long long)m[1], (unsigned long long)m[2],
+          (unsigned long long)m[3], (unsigned long long)m[4]);
+  return 0;
+}
+
+namespace {
+struct mallinfo2 fill_mallinfo2() {
+  uint64_t m[5];
+  lm_memory_state(m);
+  uint64_t huge = 0;
+  lazymalloc_stat_get("huge_bytes", &huge);
+  struct mallinfo2 mi;
+  memset(&mi, 0, sizeof mi);
+  mi.arena = m[1] + m[2] + m[3];  // memory touched for the heap, roughly
+  mi.hblkhd = huge;
+  mi.uordblks = m[1];             // in use
+  mi.fordblks = m[2] + m[3];      // free but possibly resident
+  mi.keepcost = m[2];
+  return mi;
+}
+}  // namespace
+
+LM_EXPORT struct mallinfo2 mallinfo2(void) { return fill_mallinfo2(); }
+
+LM_EXPORT struct mallinfo mallinfo(void) {
+  struct mallinfo2 m2 = fill_mallinfo2();
+  struct mallinfo mi;
+  memset(&mi, 0, sizeof mi);
+  mi.arena = int(m2.arena);
+  mi.hblkhd = int(m2.hblkhd);
+  mi.uordblks = int(m2.uordblks);
+  mi.fordblks = int(m2.fordblks);
+  mi.keepcost = int(m2.keepcost);
+  return mi;
+}
+
+// glibc-internal names some programs and libraries call directly.
+LM_EXPORT void* __libc_malloc(size_t size) { return lm_malloc(size); }
+LM_EXPORT void __libc_free(void* p) { lm_free(p); }
+LM_EXPORT void* __libc_calloc(size_t count, size_t size) { return lm_calloc(count, size); }
+LM_EXPORT void* __libc_realloc(void* p, size_t size) { return lm_realloc(p, size); }
+LM_EXPORT void* __libc_memalign(size_t alignment, size_t size) {
+  return lazymalloc_aligned_alloc(alignment, size);
+}
+LM_EXPORT void* __libc_valloc(size_t size) { return valloc(size); }
+LM_EXPORT void* __libc_pvalloc(size_t size) { return pvalloc(size); }
+LM_EXPORT int __posix_memalign(void** out, size_t alignment, size_t size) {
+  return lazymalloc_posix_memalign(out, alignment, size);
+}

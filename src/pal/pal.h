@@ -1,0 +1,76 @@
+// The platform abstraction layer: the only code in lazymalloc that makes
+// system calls.  Everything above it reaches the kernel through these
+// functions, or through a `Platform` (below) so that policy code can be run
+// against a fake platform in tests.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+namespace lazymalloc {
+
+// Advice given to the kernel about a free range.
+enum class Advice : uint8_t {
+  kFree,      // MADV_FREE: lazily freed; a write cancels it; may read as old data or zeros
+  kDontNeed,  // MADV_DONTNEED: dropped now; reads as zeros
+};
+
+// What policy code needs from the operating system.  The real one is
+// pal::linux_platform(); tests pass a fake with a manual clock that records
+// every call.
+struct Platform {
+  void* ctx;
+  // Reserve `size` bytes aligned to `align` (a power of two >= 4 KiB),
+  // readable and writable, not committed.  nullptr on failure.
+  void* (*reserve)(void* ctx, size_t size, size_t align);
+  // Give a range back; returns 0 or an errno value (EINVAL for an advice the
+  // kernel does not know).
+  int (*advise)(void* ctx, void* addr, size_t size, Advice advice);
+  // Monotonic clock in nanoseconds.
+  uint64_t (*now_ns)(void* ctx);
+};
+
+namespace pal {
+
+const Platform& linux_platform();
+
+// Anonymous private mapping, readable and writable, MAP_NORESERVE, aligned
+// to `align` (power of two).  nullptr on failure (errno preserved).
+void* map(size_t size, size_t align);
+void unmap(void* addr, size_t size);
+int advise(void* addr, size_t size, Advice advice);
+// MADV_HUGEPAGE / MADV_NOHUGEPAGE on a range; failures are ignored.
+void advise_hugepage(void* addr, size_t size, bool huge);
+uint64_t now_ns();
+
+// Futex wait/wake on a 32-bit word (process-private).  timeout_ns < 0 waits
+// forever.
+void futex_wait(std::atomic<uint32_t>* word, uint32_t expected, int64_t timeout_ns);
+void futex_wake(std::atomic<uint32_t>* word, int count);
+
+// Writes the whole buffer to a file descriptor, ignoring errors.
+void write_fd(int fd, const char* buf, size_t len);
+// Writes the message to stderr and aborts the process (SIGABRT).
+[[noreturn]] void fatal(const char* msg, size_t len);
+
+int cpu_count();
+// Starts a detached thread with all signals blocked.  false on failure.
+bool start_thread(void* (*fn)(void*), void* arg);
+// errno access without <cerrno> in every file.
+int get_errno();
+void set_errno(int e);
+// Returns the environment block (environ).
+char** environment();
+
+}  // namespace pal
+}  // namespace lazymalloc
+
+namespace lazymalloc::pal {
+// Calls `fn(value)` when a thread that called set_thread_value() exits
+// (pthread key destructor).  Does not allocate.
+bool register_thread_exit(void (*fn)(void*));
+void set_thread_value(void* value);
+// pthread_atfork; may allocate, so call it only once malloc works.
+void register_fork(void (*prepare)(), void (*parent)(), void (*child)());
+}  // namespace lazymalloc::pal

@@ -1,0 +1,147 @@
+// The Linux platform layer.
+#include <errno.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "pal/pal.h"
+
+extern char** environ;
+
+namespace lazymalloc::pal {
+
+void* map(size_t size, size_t align) {
+  // Over-reserve and trim so the result is aligned; the kernel only hands
+  // out page alignment.
+  size_t extra = align > 4096 ? align : 0;
+  if (size + extra < size) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  void* p = mmap(nullptr, size + extra, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) return nullptr;
+  if (!extra) return p;
+  uintptr_t base = reinterpret_cast<uintptr_t>(p);
+  uintptr_t aligned = (base + align - 1) & ~(uintptr_t(align) - 1);
+  if (aligned > base) munmap(p, aligned - base);
+  uintptr_t end = aligned + size;
+  uintptr_t map_end = base + size + extra;
+  if (map_end > end) munmap(reinterpret_cast<void*>(end), map_end - end);
+  return reinterpret_cast<void*>(aligned);
+}
+
+void unmap(void* addr, size_t size) { munmap(addr, size); }
+
+int advise(void* addr, size_t size, Advice advice) {
+  int a = advice == Advice::kFree ? MADV_FREE : MADV_DONTNEED;
+  return madvise(addr, size, a) == 0 ? 0 : errno;
+}
+
+void advise_hugepage(void* addr, size_t size, bool huge) {
+  int saved = errno;
+  madvise(addr, size, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+  errno = saved;
+}
+
+uint64_t now_ns() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return uint64_t(ts.tv_sec) * 1000000000u + uint64_t(ts.tv_nsec);
+}
+
+void futex_wait(std::atomic<uint32_t>* word, uint32_t expected, int64_t timeout_ns) {
+  int saved = errno;
+  struct timespec ts;
+  struct timespec* tp = nullptr;
+  if (timeout_ns >= 0) {
+    ts.tv_sec = timeout_ns / 1000000000;
+    ts.tv_nsec = timeout_ns % 1000000000;
+    tp = &ts;
+  }
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT_PRIVATE, expected, tp, nullptr, 0);
+  errno = saved;
+}
+
+void futex_wake(std::atomic<uint32_t>* word, int count) {
+  int saved = errno;
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE_PRIVATE, count, nullptr, nullptr, 0);
+  errno = saved;
+}
+
+void write_fd(int fd, const char* buf, size_t len) {
+  int saved = errno;
+  while (len) {
+    ssize_t n = write(fd, buf, len);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    buf += n;
+    len -= size_t(n);
+  }
+  errno = saved;
+}
+
+void fatal(const char* msg, size_t len) {
+  write_fd(2, msg, len);
+  abort();
+}
+
+int cpu_count() {
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? int(n) : 1;
+}
+
+bool start_thread(void* (*fn)(void*), void* arg) {
+  pthread_attr_t attr;
+  if (pthread_attr_init(&attr) != 0) return false;
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  pthread_attr_setstacksize(&attr, 256 * 1024);
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  pthread_t t;
+  int saved = errno;
+  int rc = pthread_create(&t, &attr, fn, arg);
+  errno = saved;
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  pthread_attr_destroy(&attr);
+  return rc == 0;
+}
+
+int get_errno() { return errno; }
+void set_errno(int e) { errno = e; }
+char** environment() { return environ; }
+
+namespace {
+pthread_key_t g_exit_key;
+bool g_exit_key_ok = false;
+}  // namespace
+
+bool register_thread_exit(void (*fn)(void*)) {
+  g_exit_key_ok = pthread_key_create(&g_exit_key, fn) == 0;
+  return g_exit_key_ok;
+}
+
+void set_thread_value(void* value) {
+  if (g_exit_key_ok) pthread_setspecific(g_exit_key, value);
+}
+
+void register_fork(void (*prepare)(), void (*parent)(), void (*child)()) {
+  pthread_atfork(prepare, parent, child);
+}
+
+namespace {
+void* linux_reserve(void*, size_t size, size_t align) { return map(size, align); }
+int linux_advise(void*, void* addr, size_t size, Advice advice) { return advise(addr, size, advice); }
+uint64_t linux_now(void*) { return now_ns(); }
+constexpr Platform kLinux = {nullptr, linux_reserve, linux_advise, linux_now};
+}  // namespace
+
+const Platform& linux_platform() { return kLinux; }
+
+}  // namespace lazymalloc::pal
