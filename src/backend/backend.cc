@@ -466,35 +466,67 @@ bool Backend::take_units(SlotMeta* m, uint32_t want, PurgeBatch* b, size_t max_r
   return true;
 }
 
-size_t Backend::take_run(SlotMeta* any, const PurgeSelect& sel, PurgeBatch* b, size_t max_range) {
-  SlotMeta* head = any;
+SlotMeta* Backend::take_run(SlotMeta* m, const PurgeSelect& sel, PurgeBatch* b, size_t max_range) {
+  auto want_of = [&](SlotMeta* s) -> uint32_t {
+    uint64_t age = sel.now_ns > s->free_ns ? sel.now_ns - s->free_ns : 0;
+    if (s->retained && age < sel.min_age_free_ns) return 0;
+    return s->retained | (sel.include_lazy ? s->lazy : 0);
+  };
+  SlotMeta* head = m;
   while (SlotMeta* left = neighbor(head, -1)) {
     if (left->kind != SlotKind::kFree) break;
     head = left;
   }
-  size_t len = head->run_len;
+  SlotMeta* end = head + head->run_len;
+  // The eligible slots around `m`, within the byte budget.  Only they leave
+  // circulation: the rest of the run stays allocatable while madvise runs.
+  size_t budget = b->bytes < sel.max_bytes ? sel.max_bytes - b->bytes : 0;
+  size_t bytes = units_bytes(want_of(m));
+  SlotMeta* first = m;
+  SlotMeta* last = m;
+  while (last + 1 < end && bytes < budget) {
+    uint32_t w = want_of(last + 1);
+    if (!w) break;
+    bytes += units_bytes(w);
+    ++last;
+  }
+  while (first > head && bytes < budget) {
+    uint32_t w = want_of(first - 1);
+    if (!w) break;
+    bytes += units_bytes(w);
+    --first;
+  }
   bin_unlink(head);
+  if (first > head) {
+    head->run_len = uint32_t(first - head);
+    (first - 1)->run_len = head->run_len;
+    bin_push(head);
+  }
+  if (last + 1 < end) {
+    SlotMeta* rest = last + 1;
+    rest->run_len = uint32_t(end - rest);
+    (end - 1)->run_len = rest->run_len;
+    bin_push(rest);
+  }
+  size_t n = size_t(last - first) + 1;
   PurgeBatch::Item& it = b->items[b->nitems++];
-  it.slot = head;
+  it.slot = first;
   it.mask = 0;
-  it.run_len = uint32_t(len);
-  for (size_t i = 0; i < len; ++i) {
-    SlotMeta* s = head + i;
+  it.run_len = uint32_t(n);
+  for (SlotMeta* s = first; s <= last; ++s) {
     s->kind = SlotKind::kPurging;
-    s->purge_mask = 0;
     s->purging = 0;
-    if (b->bytes >= sel.max_bytes || b->nranges == PurgeBatch::kMaxRanges) continue;
-    uint64_t age = sel.now_ns > s->free_ns ? sel.now_ns - s->free_ns : 0;
-    uint32_t want = s->retained | (sel.include_lazy ? s->lazy : 0);
-    if (!want || (s->retained && age < sel.min_age_free_ns)) continue;
-    uint32_t mask = add_ranges(b, s->base, want, max_range);
+    s->purge_mask = 0;
+    uint32_t w = want_of(s);
+    if (!w || b->nranges == PurgeBatch::kMaxRanges) continue;
+    uint32_t mask = add_ranges(b, s->base, w, max_range);
     s->purging = mask;               // units being purged
     s->purge_mask = s->lazy & mask;  // of which were LAZY
     s->retained &= ~mask;
     s->lazy &= ~mask;
     if (!s->retained) dirty_remove(s);
   }
-  return len;
+  return last + 1;
 }
 
 bool Backend::batch_full(const PurgeSelect& sel, const PurgeBatch* b) {
@@ -554,25 +586,9 @@ void Backend::purge_collect_all(const PurgeSelect& sel, PurgeCursor* cur, PurgeB
       want &= ~m->used;
       if (want && !take_units(m, want, b, max_range)) break;
       cur->slot++;
-    } else if (m->kind == SlotKind::kFree) {
-      // Take the run if any of its slots has something to purge.  Runs may
-      // have changed since the last batch, so find the head again.
-      while (SlotMeta* left = neighbor(m, -1)) {
-        if (left->kind != SlotKind::kFree) break;
-        m = left;
-      }
-      size_t len = m->run_len;
-      cur->slot = size_t(m - a->slots);
-      bool any = false;
-      for (size_t i = 0; i < len && !any; ++i) {
-        any = ((m + i)->retained | (sel.include_lazy ? (m + i)->lazy : 0)) != 0;
-      }
-      if (any) {
-        PurgeSelect all = sel;
-        all.min_age_free_ns = 0;
-        take_run(m, all, b, max_range);
-      }
-      cur->slot += len;
+    } else if (m->kind == SlotKind::kFree && want) {
+      SlotMeta* after = take_run(m, sel, b, max_range);
+      cur->slot = size_t(after - a->slots);
     } else {
       cur->slot++;
     }

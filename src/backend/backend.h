@@ -200,7 +200,9 @@ class Backend {
   void slot_units_to_free_run(SlotMeta* m, uint64_t now);
   static unsigned bin_of(size_t nslots);
   bool take_units(SlotMeta* m, uint32_t want, PurgeBatch* b, size_t max_range);
-  size_t take_run(SlotMeta* any, const PurgeSelect& sel, PurgeBatch* b, size_t max_range);
+  // Takes the eligible free slots around `m` (kFree) out of their run for
+  // purging; returns the slot after the last one taken.
+  SlotMeta* take_run(SlotMeta* m, const PurgeSelect& sel, PurgeBatch* b, size_t max_range);
   static bool batch_full(const PurgeSelect& sel, const PurgeBatch* b);
   void bin_push(SlotMeta* head);
   void bin_unlink(SlotMeta* head);

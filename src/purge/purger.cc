@@ -10,7 +10,7 @@ namespace {
 constexpr uint64_t kMs = 1000000;
 }
 
-void Purger::advise_batch(PurgeBatch* b, bool dontneed) {
+bool Purger::advise_batch(PurgeBatch* b, bool dontneed) {
   bool clean = dontneed || free_unsupported();
   bool failed = false;
   uint64_t t0 = platform_->now_ns(platform_->ctx);
@@ -43,6 +43,7 @@ void Purger::advise_batch(PurgeBatch* b, bool dontneed) {
   // true keeps the whole batch's books as before): conservative, since
   // RETAINED memory is never assumed to be zero.
   backend_->purge_finish(b, clean, failed);
+  return !failed;
 }
 
 size_t Purger::decay_pass(uint64_t now) {
@@ -67,8 +68,10 @@ size_t Purger::decay_pass(uint64_t now) {
   for (;;) {
     backend_->purge_collect(sel, &batch);
     if (batch.nitems == 0) break;
-    total += batch.bytes;
-    advise_batch(&batch, dontneed);
+    size_t bytes = batch.bytes;
+    // A refused batch is back on the dirty list: retry on the next pass.
+    if (!advise_batch(&batch, dontneed)) break;
+    total += bytes;
   }
   return total;
 }
@@ -87,8 +90,8 @@ size_t Purger::purge_all(bool dontneed) {
   do {
     backend_->purge_collect_all(sel, &cursor, &batch);
     if (batch.nitems == 0) continue;
-    total += batch.bytes;
-    advise_batch(&batch, dontneed);
+    size_t bytes = batch.bytes;
+    if (advise_batch(&batch, dontneed)) total += bytes;
   } while (cursor.arena);
   return total;
 }

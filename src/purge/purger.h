@@ -49,7 +49,8 @@ class Purger {
 
  private:
   // REQUIRES: lock_ held.  Advises every range of the batch, then settles it.
-  void advise_batch(PurgeBatch* batch, bool dontneed);
+  // Returns false if the kernel refused any range (the batch stays RETAINED).
+  bool advise_batch(PurgeBatch* batch, bool dontneed);
 
   Backend* backend_ = nullptr;
   const Platform* platform_ = nullptr;

@@ -1,0 +1,331 @@
+// The backend and the purger against a fake platform: page states, decay,
+// batching, advice fallback and failure handling, all with a manual clock.
+#include <gtest/gtest.h>
+
+#include <memory>
+
+#include "backend/backend.h"
+#include "core/options.h"
+#include "fake_platform.h"
+#include "purge/purger.h"
+
+namespace lazymalloc {
+namespace {
+
+using test::FakePlatform;
+
+constexpr size_t kMiB = 1 << 20;
+
+// Sets options for one test and restores them afterwards.
+class OptionScope {
+ public:
+  OptionScope() {
+    for (unsigned i = 0; i < kOptionCount; ++i) saved_[i] = g_option_values[i].load();
+  }
+  ~OptionScope() {
+    for (unsigned i = 0; i < kOptionCount; ++i) g_option_values[i].store(saved_[i]);
+  }
+  void set(Opt o, int64_t v) { ASSERT_TRUE(option_set(unsigned(o), v)); }
+
+ private:
+  int64_t saved_[kOptionCount];
+};
+
+class BackendTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    stats = std::make_unique<Stats>();
+    backend = std::make_unique<Backend>();
+    backend->init(fake.get(), stats.get(), 64 * kMiB, false);
+    purger = std::make_unique<Purger>();
+    purger->init(backend.get(), fake.get(), stats.get());
+    opts.set(Opt::decay_ms, 1000);
+    opts.set(Opt::partial_decay_ms, 4000);
+    opts.set(Opt::purge, kPurgeDecay);
+    opts.set(Opt::purge_advice, kAdviceAuto);
+    opts.set(Opt::purge_batch, 8 * kMiB);
+  }
+  uint64_t st(Stat s) const { return stats->get(s); }
+
+  FakePlatform fake;
+  OptionScope opts;
+  std::unique_ptr<Stats> stats;
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<Purger> purger;
+};
+
+TEST_F(BackendTest, UnitSpansAreAlignedMappedAndFreshMemoryIsZero) {
+  Span* s = backend->alloc(200 * 1024, 16);
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->bytes, 4 * kUnitSize);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(s->start) % kUnitSize, 0u);
+  EXPECT_TRUE(s->zero);
+  for (size_t off = 0; off < s->bytes; off += 4096) EXPECT_EQ(backend->span_of(s->start + off), s);
+  EXPECT_EQ(backend->span_of(s->start + s->bytes), nullptr);  // next unit is free
+  EXPECT_TRUE(backend->owns_address(s->start));
+  int local;
+  EXPECT_FALSE(backend->owns_address(&local));
+  EXPECT_EQ(backend->span_of(&local), nullptr);
+  EXPECT_EQ(st(Stat::active_bytes), s->bytes);
+  EXPECT_EQ(st(Stat::reserved_bytes), 64 * kMiB);
+  EXPECT_EQ(st(Stat::clean_bytes), 64 * kMiB - s->bytes);
+  backend->release(s);
+  EXPECT_EQ(st(Stat::active_bytes), 0u);
+  EXPECT_EQ(st(Stat::retained_bytes), 4 * kUnitSize);
+}
+
+TEST_F(BackendTest, ReuseOfRetainedMemoryIsNotZeroAndIsCounted) {
+  Span* a = backend->alloc(kUnitSize, 16);
+  char* where = a->start;
+  backend->release(a);
+  Span* b = backend->alloc(kUnitSize, 16);
+  EXPECT_EQ(b->start, where);  // first fit reuses the hot unit
+  EXPECT_FALSE(b->zero);
+  EXPECT_EQ(st(Stat::reuse_retained_bytes), kUnitSize);
+  backend->release(b);
+}
+
+TEST_F(BackendTest, HugeBlocksAreSlotRunsHonouringAlignment) {
+  Span* h = backend->alloc(5 * kMiB, 16);
+  ASSERT_NE(h, nullptr);
+  EXPECT_EQ(h->kind, SpanKind::kHuge);
+  EXPECT_EQ(h->bytes, 6 * kMiB);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(h->start) % kSlotSize, 0u);
+  Span* a = backend->alloc(3 * kMiB, 16 * kMiB);
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(a->start) % (16 * kMiB), 0u);
+  EXPECT_EQ(backend->span_of(a->start + 3 * kMiB), a);
+  backend->release(a);
+  backend->release(h);
+  EXPECT_EQ(st(Stat::huge_blocks), 0u);
+  EXPECT_EQ(st(Stat::active_bytes), 0u);
+}
+
+TEST_F(BackendTest, HugeBlocksResizeInPlaceAndFreeRunsCoalesce) {
+  Span* a = backend->alloc(4 * kMiB, 16);
+  Span* b = backend->alloc(4 * kMiB, 16);
+  Span* c = backend->alloc(4 * kMiB, 16);
+  ASSERT_EQ(b->start, a->start + 4 * kMiB);
+  ASSERT_EQ(c->start, b->start + 4 * kMiB);
+  EXPECT_FALSE(backend->resize_huge(a, 6 * kMiB));  // b is in the way
+  backend->release(b);
+  EXPECT_TRUE(backend->resize_huge(a, 7 * kMiB));   // grows into b's slots
+  EXPECT_EQ(a->bytes, 8 * kMiB);
+  EXPECT_EQ(backend->span_of(a->start + 7 * kMiB), a);
+  EXPECT_TRUE(backend->resize_huge(a, 2 * kMiB));   // shrinks, tail freed
+  EXPECT_EQ(backend->span_of(a->start + 3 * kMiB), nullptr);
+  char* base = a->start;
+  backend->release(a);
+  backend->release(c);
+  // Everything coalesced: a 12 MiB block fits at the same place again.
+  Span* d = backend->alloc(12 * kMiB, 16);
+  EXPECT_EQ(d->start, base);
+  backend->release(d);
+}
+
+TEST_F(BackendTest, NewArenasWhenFullAndENOMEMWhenTheKernelSaysNo) {
+  Span* big = backend->alloc(60 * kMiB, 16);
+  ASSERT_NE(big, nullptr);
+  Span* more = backend->alloc(8 * kMiB, 16);  // does not fit: a second arena
+  ASSERT_NE(more, nullptr);
+  EXPECT_EQ(st(Stat::arenas), 2u);
+  fake.fail_reserve = true;
+  EXPECT_EQ(backend->alloc(200 * kMiB, 16), nullptr);
+  EXPECT_GT(st(Stat::mmap_failures), 0u);
+  fake.fail_reserve = false;
+  backend->release(big);
+  backend->release(more);
+}
+
+TEST_F(BackendTest, DecayGivesIdleSlotsMadvFreeAfterDecayMs) {
+  Span* h = backend->alloc(4 * kMiB, 16);
+  char* start = h->start;
+  backend->release(h);
+  fake.advance_ms(500);
+  EXPECT_EQ(purger->decay_pass(fake.now_ns), 0u);
+  EXPECT_TRUE(fake.calls.empty());
+  fake.advance_ms(600);
+  EXPECT_EQ(purger->decay_pass(fake.now_ns), 4 * kMiB);
+  ASSERT_EQ(fake.calls.size(), 1u);
+  EXPECT_EQ(fake.calls[0].addr, reinterpret_cast<uintptr_t>(start));
+  EXPECT_EQ(fake.calls[0].len, 4 * kMiB);
+  EXPECT_EQ(fake.calls[0].advice, Advice::kFree);
+  EXPECT_EQ(st(Stat::lazy_bytes), 4 * kMiB);
+  EXPECT_EQ(st(Stat::retained_bytes), 0u);
+  EXPECT_EQ(st(Stat::purge_lazy_calls), 1u);
+  EXPECT_EQ(st(Stat::purge_lazy_bytes), 4 * kMiB);
+  // A second pass finds nothing: LAZY memory is not purged again.
+  fake.advance_ms(5000);
+  EXPECT_EQ(purger->decay_pass(fake.now_ns), 0u);
+  // Reuse of LAZY memory: counted, and not assumed zero.
+  Span* again = backend->alloc(4 * kMiB, 16);
+  EXPECT_EQ(again->start, start);
+  EXPECT_FALSE(again->zero);
+  EXPECT_EQ(st(Stat::reuse_lazy_bytes), 4 * kMiB);
+  backend->release(again);
+}
+
+TEST_F(BackendTest, UnitsInPartlyUsedSlotsWaitForPartialDecay) {
+  Span* keep = backend->alloc(kUnitSize, 16);
+  Span* drop = backend->alloc(2 * kUnitSize, 16);
+  ASSERT_EQ(drop->slot, keep->slot);
+  char* where = drop->start;
+  backend->release(drop);
+  fake.advance_ms(2000);  // past decay_ms, not partial_decay_ms
+  EXPECT_EQ(purger->decay_pass(fake.now_ns), 0u);
+  fake.advance_ms(2500);
+  EXPECT_EQ(purger->decay_pass(fake.now_ns), 2 * kUnitSize);
+  ASSERT_EQ(fake.calls.size(), 1u);
+  EXPECT_EQ(fake.calls[0].addr, reinterpret_cast<uintptr_t>(where));
+  EXPECT_EQ(fake.calls[0].len, 2 * kUnitSize);
+  backend->release(keep);
+}
+
+TEST_F(BackendTest, OldestFirstAndBoundedBatches) {
+  opts.set(Opt::purge_batch, 4 * kMiB);
+  Span* old_one = backend->alloc(8 * kMiB, 16);
+  Span* fence = backend->alloc(2 * kMiB, 16);  // keeps the two runs apart
+  Span* young = backend->alloc(8 * kMiB, 16);
+  backend->release(old_one);
+  fake.advance_ms(700);
+  backend->release(young);
+  fake.advance_ms(400);  // old: 1.1 s idle, young: 0.4 s
+  EXPECT_EQ(purger->decay_pass(fake.now_ns), 8 * kMiB);
+  for (const auto& c : fake.calls) {
+    EXPECT_LE(c.len, 4 * kMiB);
+    EXPECT_LT(c.addr, reinterpret_cast<uintptr_t>(fence->start));  // only the old run
+  }
+  EXPECT_EQ(fake.advised_bytes(Advice::kFree), 8 * kMiB);
+  fake.advance_ms(700);
+  EXPECT_EQ(purger->decay_pass(fake.now_ns), 8 * kMiB);
+  backend->release(fence);
+}
+
+TEST_F(BackendTest, EagerPolicyPurgesOnRelease) {
+  opts.set(Opt::purge, kPurgeEager);
+  opts.set(Opt::purge_advice, kAdviceDontneed);
+  Span* s = backend->alloc(3 * kUnitSize, 16);
+  backend->release(s);
+  purger->after_release(fake.now_ns, false);
+  EXPECT_EQ(fake.advised_bytes(Advice::kDontNeed), 3 * kUnitSize);
+  EXPECT_EQ(st(Stat::retained_bytes), 0u);
+  Span* again = backend->alloc(3 * kUnitSize, 16);
+  EXPECT_TRUE(again->zero);  // DONTNEED memory reads as zero
+  backend->release(again);
+}
+
+TEST_F(BackendTest, NeverPolicyKeepsEverythingUntilPurgeAll) {
+  opts.set(Opt::purge, kPurgeNever);
+  Span* s = backend->alloc(6 * kMiB, 16);
+  backend->release(s);
+  fake.advance_ms(100000);
+  EXPECT_EQ(purger->decay_pass(fake.now_ns), 0u);
+  purger->after_release(fake.now_ns, false);
+  EXPECT_TRUE(fake.calls.empty());
+  EXPECT_EQ(purger->purge_all(false), 6 * kMiB);
+  EXPECT_EQ(st(Stat::lazy_bytes), 6 * kMiB);
+  // purge_all(dontneed) also turns LAZY memory CLEAN.
+  EXPECT_EQ(purger->purge_all(true), 6 * kMiB);
+  EXPECT_EQ(st(Stat::lazy_bytes), 0u);
+  EXPECT_EQ(fake.advised_bytes(Advice::kDontNeed), 6 * kMiB);
+  Span* again = backend->alloc(6 * kMiB, 16);
+  EXPECT_TRUE(again->zero);
+  backend->release(again);
+}
+
+TEST_F(BackendTest, InlineDecayWithoutBackgroundThreadIsRateLimited) {
+  opts.set(Opt::background_interval_ms, 100);
+  Span* s = backend->alloc(2 * kMiB, 16);
+  backend->release(s);
+  fake.advance_ms(1500);
+  purger->after_release(fake.now_ns, true);  // a background thread would do it
+  EXPECT_TRUE(fake.calls.empty());
+  purger->after_release(fake.now_ns, false);
+  EXPECT_EQ(fake.calls.size(), 1u);
+  EXPECT_EQ(st(Stat::inline_purges), 1u);
+  Span* t = backend->alloc(2 * kMiB, 16);
+  backend->release(t);
+  fake.advance_ms(1050);
+  purger->after_release(fake.now_ns, false);
+  EXPECT_EQ(st(Stat::inline_purges), 2u);
+}
+
+TEST_F(BackendTest, FallsBackToDontneedWhenKernelRejectsMadvFree) {
+  fake.fail_free_with = EINVAL;
+  Span* s = backend->alloc(2 * kMiB, 16);
+  backend->release(s);
+  fake.advance_ms(2000);
+  EXPECT_EQ(purger->decay_pass(fake.now_ns), 2 * kMiB);
+  EXPECT_TRUE(purger->free_unsupported());
+  EXPECT_EQ(st(Stat::purge_free_unsupported), 1u);
+  EXPECT_EQ(fake.advised_bytes(Advice::kDontNeed), 2 * kMiB);
+  EXPECT_EQ(st(Stat::clean_bytes), st(Stat::reserved_bytes));
+}
+
+TEST_F(BackendTest, FailedAdviceLeavesMemoryRetained) {
+  fake.fail_free_with = EAGAIN;
+  Span* s = backend->alloc(2 * kMiB, 16);
+  backend->release(s);
+  fake.advance_ms(2000);
+  purger->decay_pass(fake.now_ns);
+  EXPECT_GT(st(Stat::purge_failures), 0u);
+  EXPECT_EQ(st(Stat::retained_bytes), 2 * kMiB);
+  EXPECT_EQ(st(Stat::lazy_bytes), 0u);
+  fake.fail_free_with = 0;
+  fake.advance_ms(10);
+  EXPECT_EQ(purger->decay_pass(fake.now_ns), 2 * kMiB);  // retried later
+  EXPECT_EQ(st(Stat::lazy_bytes), 2 * kMiB);
+}
+
+TEST_F(BackendTest, MemoryBeingPurgedIsNeverHandedOut) {
+  // Collect by hand, allocate while the batch is out, then finish.
+  Span* s = backend->alloc(2 * kMiB, 16);
+  char* where = s->start;
+  backend->release(s);
+  fake.advance_ms(2000);
+  PurgeSelect sel{fake.now_ns, 0, 0, 64 * kMiB, 64 * kMiB, false};
+  PurgeBatch batch;
+  backend->purge_collect(sel, &batch);
+  ASSERT_EQ(batch.nranges, 1u);
+  EXPECT_EQ(batch.ranges[0].addr, where);
+  Span* other = backend->alloc(2 * kMiB, 16);
+  EXPECT_NE(other->start, where);
+  Span* unit = backend->alloc(kUnitSize, 16);
+  EXPECT_NE(unit->slot->base, reinterpret_cast<uintptr_t>(where));
+  backend->purge_finish(&batch, false, false);
+  backend->release(other);
+  backend->release(unit);
+  // Everything is free again and one run: a 64 MiB block fits.
+  Span* all = backend->alloc(64 * kMiB, 16);
+  EXPECT_NE(all, nullptr);
+  EXPECT_EQ(st(Stat::arenas), 1u);
+  backend->release(all);
+}
+
+TEST_F(BackendTest, StateBytesAlwaysAddUpToReserved) {
+  uint32_t x = 7;
+  std::vector<Span*> live;
+  for (int i = 0; i < 3000; ++i) {
+    x = x * 1103515245u + 12345u;
+    if (live.size() < 40 && (x >> 16) % 3 != 0) {
+      size_t size = ((x >> 8) % 2 == 0) ? ((x >> 10) % (1 << 20)) + 1 : ((x >> 10) % (6 << 20)) + 1;
+      if (Span* s = backend->alloc(size, 16)) live.push_back(s);
+    } else if (!live.empty()) {
+      size_t k = (x >> 4) % live.size();
+      backend->release(live[k]);
+      live[k] = live.back();
+      live.pop_back();
+    }
+    if (i % 97 == 0) {
+      fake.advance_ms(300);
+      purger->decay_pass(fake.now_ns);
+    }
+    if (i % 501 == 0) purger->purge_all(i % 2 == 0);
+    MemoryState m = backend->memory_state();
+    ASSERT_EQ(m.active + m.retained + m.lazy + m.clean, m.reserved) << "step " << i;
+  }
+  for (Span* s : live) backend->release(s);
+}
+
+}  // namespace
+}  // namespace lazymalloc

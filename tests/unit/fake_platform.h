@@ -1,0 +1,59 @@
+// A fake platform for deterministic tests of policy code: a manual clock,
+// real (but recorded) reservations, and recorded advice that can be made to
+// fail.
+#pragma once
+
+#include <cerrno>
+#include <cstdint>
+#include <vector>
+
+#include "pal/pal.h"
+
+namespace lazymalloc::test {
+
+struct AdviceCall {
+  uintptr_t addr;
+  size_t len;
+  Advice advice;
+};
+
+class FakePlatform {
+ public:
+  FakePlatform() { platform_ = {this, &reserve, &advise, &now}; }
+  const Platform* get() const { return &platform_; }
+
+  uint64_t now_ns = 1'000'000'000;  // starts at 1 s
+  void advance_ms(uint64_t ms) { now_ns += ms * 1'000'000; }
+
+  std::vector<AdviceCall> calls;
+  int fail_free_with = 0;      // errno to return for MADV_FREE (0 = succeed)
+  int fail_dontneed_with = 0;  // errno to return for MADV_DONTNEED
+  bool fail_reserve = false;
+  size_t reserves = 0;
+
+  size_t advised_bytes(Advice a) const {
+    size_t n = 0;
+    for (const auto& c : calls) n += c.advice == a ? c.len : 0;
+    return n;
+  }
+
+ private:
+  static void* reserve(void* ctx, size_t size, size_t align) {
+    auto* self = static_cast<FakePlatform*>(ctx);
+    if (self->fail_reserve) return nullptr;
+    self->reserves++;
+    return pal::map(size, align);
+  }
+  static int advise(void* ctx, void* addr, size_t len, Advice a) {
+    auto* self = static_cast<FakePlatform*>(ctx);
+    int rc = a == Advice::kFree ? self->fail_free_with : self->fail_dontneed_with;
+    if (rc) return rc;
+    self->calls.push_back({reinterpret_cast<uintptr_t>(addr), len, a});
+    return 0;
+  }
+  static uint64_t now(void* ctx) { return static_cast<FakePlatform*>(ctx)->now_ns; }
+
+  Platform platform_;
+};
+
+}  // namespace lazymalloc::test
