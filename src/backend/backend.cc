@@ -28,8 +28,8 @@ SlotMeta* Backend::neighbor(SlotMeta* m, ptrdiff_t delta) const {
 bool Backend::owns_address(const void* p) const {
   uintptr_t slot = reinterpret_cast<uintptr_t>(p) >> kSlotShift;
   if (slot >= (uintptr_t(1) << (kAddressBits - kSlotShift))) return false;
-  SlotMeta** leaf = root_[slot >> kLeafBits].load(std::memory_order_acquire);
-  return leaf && leaf[slot & (kLeafSize - 1)];
+  SlotMeta* const* leaf = __atomic_load_n(&root_[slot >> kLeafBits], __ATOMIC_ACQUIRE);
+  return leaf[slot & (kLeafSize - 1)] != &g_no_slot;
 }
 
 Span* Backend::new_span() { return spans_.alloc(stats_); }
@@ -41,13 +41,14 @@ bool Backend::register_arena(Arena* a) {
   for (size_t i = 0; i < a->nslots; ++i) {
     uintptr_t idx = first + i;
     if (idx >= (uintptr_t(1) << (kAddressBits - kSlotShift))) return false;
-    SlotMeta** leaf = root_[idx >> kLeafBits].load(std::memory_order_relaxed);
-    if (!leaf) {
+    SlotMeta** leaf = const_cast<SlotMeta**>(root_[idx >> kLeafBits]);
+    if (leaf == g_empty_leaf.entries) {
       leaf = static_cast<SlotMeta**>(pal::map(kLeafSize * sizeof(SlotMeta*), 4096));
       if (!leaf) return false;
+      for (size_t e = 0; e < kLeafSize; ++e) leaf[e] = &g_no_slot;
       stats_->add(Stat::mmap_calls, 1);
       stats_->add(Stat::metadata_bytes, kLeafSize * sizeof(SlotMeta*));
-      root_[idx >> kLeafBits].store(leaf, std::memory_order_release);
+      __atomic_store_n(&root_[idx >> kLeafBits], leaf, __ATOMIC_RELEASE);
     }
     leaf[idx & (kLeafSize - 1)] = &a->slots[i];
   }

@@ -61,6 +61,19 @@ struct SlotMeta {
   uintptr_t base;      // address of the slot
 };
 
+// The page map's "nothing here": every entry of an unused leaf, and every
+// root entry without a leaf, leads here, so lookups need one null test only
+// (on the span).
+inline constinit SlotMeta g_no_slot{};
+inline constexpr size_t kPageMapLeafSize = size_t(1) << 13;
+struct EmptyLeaf {
+  SlotMeta* entries[kPageMapLeafSize];
+  constexpr EmptyLeaf() : entries() {
+    for (auto& e : entries) e = &g_no_slot;
+  }
+};
+inline constinit const EmptyLeaf g_empty_leaf;
+
 struct Arena {
   uintptr_t base;
   size_t nslots;
@@ -113,7 +126,9 @@ struct MemoryState {
 
 class Backend {
  public:
-  constexpr Backend() = default;
+  constexpr Backend() {
+    for (auto& r : root_) r = g_empty_leaf.entries;
+  }
 
   // `platform` and `stats` must outlive the backend.
   void init(const Platform* platform, Stats* stats, size_t arena_reserve, bool hugepages);
@@ -133,11 +148,8 @@ class Backend {
     uintptr_t a = reinterpret_cast<uintptr_t>(p);
     uintptr_t slot = a >> kSlotShift;
     if (LM_UNLIKELY(slot >= (uintptr_t(1) << (kAddressBits - kSlotShift)))) return nullptr;
-    SlotMeta** leaf = root_[slot >> kLeafBits].load(std::memory_order_acquire);
-    if (LM_UNLIKELY(!leaf)) return nullptr;
-    SlotMeta* m = leaf[slot & (kLeafSize - 1)];
-    if (LM_UNLIKELY(!m)) return nullptr;
-    return m->unit_span[(a >> kUnitShift) & (kUnitsPerSlot - 1)];
+    SlotMeta* const* leaf = __atomic_load_n(&root_[slot >> kLeafBits], __ATOMIC_ACQUIRE);
+    return leaf[slot & (kLeafSize - 1)]->unit_span[(a >> kUnitShift) & (kUnitsPerSlot - 1)];
   }
   // True if `p` lies in address space this backend reserved.
   bool owns_address(const void* p) const;
@@ -178,7 +190,7 @@ class Backend {
 
  private:
   static constexpr unsigned kLeafBits = 13;
-  static constexpr size_t kLeafSize = size_t(1) << kLeafBits;
+  static constexpr size_t kLeafSize = kPageMapLeafSize;
   static constexpr size_t kRootSize = size_t(1) << (kAddressBits - kSlotShift - kLeafBits);
   static constexpr unsigned kBins = 64;
 
@@ -224,7 +236,9 @@ class Backend {
   SlotMeta* dirty_tail_ = nullptr;
   MetaPool<Span> spans_;
   MetaPool<Arena> arena_records_;
-  std::atomic<SlotMeta**> root_[kRootSize] = {};
+  // Leaves are g_empty_leaf until an arena needs them; written with release
+  // under lock_, read with acquire by span_of().
+  SlotMeta* const* root_[kRootSize];
 };
 
 }  // namespace lazymalloc

@@ -34,32 +34,42 @@ enum : uintptr_t {
   kXfreeMask = 3,
 };
 
-struct Span {
-  // ---- frontend (small spans) ----
-  Block* free;          // allocation list
-  Block* local_free;    // owner's frees, swapped into `free` when it runs dry
-  uint32_t used;        // objects handed out and not yet known to be free
-  uint32_t capacity;    // objects that fit
-  uint32_t reserved;    // objects carved so far (the rest were never touched)
-  uint32_t obj_size;    // bytes per object (the usable size)
-  uint64_t div_magic;   // (offset * div_magic) >> 40 == offset / obj_size (offset < 2 MiB)
-  uint8_t cls;          // size class
-  SpanKind kind;
-  uint8_t in_full;      // on the heap's full list
-  uint8_t zero;         // memory was zero when the backend handed it out
-  Heap* heap;           // owner (small spans), nullptr otherwise
-  Span* next;           // heap queue links
-  Span* prev;
-  std::atomic<uintptr_t> xfree;  // remote frees: Block* | state bits
-  Span* next_delayed;   // heap's delayed list link
-
-  // ---- backend ----
+// Three cache lines, so that the owner's writes and other threads' remote
+// frees do not false-share: line 0 is written only when the span is made
+// (read by every free), line 1 only by the owning thread, line 2 by remote
+// frees.
+struct alignas(64) Span {
+  // ---- line 0: identity (backend fields and the object geometry) ----
   char* start;
   size_t bytes;         // units * 64 KiB, or slots * 2 MiB
+  Heap* heap;           // owner (small spans), nullptr otherwise
+  uint64_t div_magic;   // (offset * div_magic) >> 40 == offset / obj_size (offset < 2 MiB)
+  uint32_t obj_size;    // bytes per object (the usable size)
+  uint32_t capacity;    // objects that fit
   SlotMeta* slot;       // first slot
-  uint32_t first_unit;  // unit spans: first unit and count within `slot`
-  uint32_t nunits;
   size_t nslots;        // huge spans: slots in the run
+  uint32_t first_unit;  // unit spans: first unit and count within `slot`
+  uint16_t nunits;
+  uint8_t cls;          // size class
+  SpanKind kind;
+
+  // ---- line 1: the owning thread's (small spans) ----
+  alignas(64) Block* free;  // allocation list
+  Block* local_free;    // owner's frees, swapped into `free` when it runs dry
+  uint32_t used;        // objects handed out and not yet known to be free
+  uint32_t reserved;    // objects carved so far (the rest were never touched)
+  Span* next;           // heap queue links
+  Span* prev;
+  Span* next_delayed;   // heap's delayed list link
+  uint8_t in_full;      // on the heap's full list
+  uint8_t zero;         // memory was zero when the backend handed it out
+
+  // ---- line 2: other threads' ----
+  alignas(64) std::atomic<uintptr_t> xfree;  // remote frees: Block* | state bits
+  // Remote frees pushed since the owner last looked, so collecting needs no
+  // walk of the list.  Incremented after the push, so it never counts a
+  // block that is not yet free: `used` never drops below the live count.
+  std::atomic<uint32_t> xfree_count;
 };
 
 }  // namespace lazymalloc

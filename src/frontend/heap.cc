@@ -136,15 +136,13 @@ void collect_remote(Span* s) {
                                          std::memory_order_relaxed)) {
   }
   Block* list = reinterpret_cast<Block*>(old & ~kXfreeMask);
-  uint32_t n = 1;
-  Block* last = list;
-  while (last->next) {
-    last = last->next;
-    ++n;
+  s->used -= s->xfree_count.exchange(0, std::memory_order_acquire);
+  if (s->free) {
+    Block* last = list;
+    while (last->next) last = last->next;
+    last->next = s->free;
   }
-  last->next = s->free;
   s->free = list;
-  s->used -= n;
 }
 
 // Carves never-used objects from the span's tail, a few pages at a time so
@@ -213,6 +211,7 @@ Span* span_new(Heap* h, unsigned c) {
   s->used = 0;
   s->free = s->local_free = nullptr;
   s->xfree.store(0, std::memory_order_relaxed);
+  s->xfree_count.store(0, std::memory_order_relaxed);
   s->heap = h;
   h->stats.inc(HeapStat::spans_acquired);
   return s;
@@ -433,6 +432,7 @@ LM_NOINLINE void free_generic(Span* s, void* p) {
     } while (!s->xfree.compare_exchange_weak(
         old, reinterpret_cast<uintptr_t>(b) | (state == kXfreeNotify ? kXfreeNotified : state),
         std::memory_order_release, std::memory_order_relaxed));
+    s->xfree_count.fetch_add(1, std::memory_order_release);
     if (state == kXfreeNotify) {
       Heap* owner = s->heap;
       Span* head = owner->delayed.load(std::memory_order_relaxed);

@@ -159,3 +159,42 @@ TEST(Writer, TruncatesButCountsTheWholeLength) {
 
 }  // namespace
 }  // namespace lazymalloc
+
+// The documentation is checked against the tables, so it cannot drift.
+#include <fstream>
+#include <sstream>
+
+namespace lazymalloc {
+namespace {
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+TEST(Docs, StatsReferenceNamesEveryCounter) {
+  std::string doc = read_file(std::string(LAZYMALLOC_SOURCE_DIR) + "/docs/stats.md");
+  ASSERT_FALSE(doc.empty());
+  for (unsigned i = 0; i < kStatCount; ++i) {
+    EXPECT_NE(doc.find(std::string("`") + kStatInfo[i].name + "`"), std::string::npos) << kStatInfo[i].name;
+  }
+  for (unsigned i = 0; i < kHeapStatCount; ++i) {
+    EXPECT_NE(doc.find(std::string("`") + kHeapStatInfo[i].name + "`"), std::string::npos)
+        << kHeapStatInfo[i].name;
+  }
+}
+
+TEST(Docs, ReadmeDocumentsEveryOption) {
+  std::string doc = read_file(std::string(LAZYMALLOC_SOURCE_DIR) + "/README.md");
+  ASSERT_FALSE(doc.empty());
+  for (unsigned i = 0; i < kOptionCount; ++i) {
+    std::string env = "LAZYMALLOC_";
+    for (const char* p = kOptionInfo[i].name; *p; ++p) env += char(*p >= 'a' && *p <= 'z' ? *p - 32 : *p);
+    EXPECT_NE(doc.find("`" + env + "`"), std::string::npos) << env;
+  }
+}
+
+}  // namespace
+}  // namespace lazymalloc

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs what lazymalloc needs to build, test and benchmark on Debian 12.
+# As root it runs apt-get for whatever is missing; otherwise it only reports.
+# Usage: tools/deps.sh [--with-peers]
+set -euo pipefail
+pkgs=(cmake g++ make libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev python3 time procps)
+if [[ "${1:-}" == "--with-peers" ]]; then
+  pkgs+=(libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0 libtbbmalloc2 gnuplot-nox linux-perf strace)
+fi
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]} == 0)); then exit 0; fi
+if [[ $(id -u) -ne 0 ]]; then
+  echo "deps: missing packages (install as root): ${missing[*]}" >&2
+  exit 0
+fi
+echo "deps: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Builds lazymalloc and runs every test: unit (fake platform), API
+# conformance, stress, fork and thread churn, LD_PRELOAD runs of real
+# programs, the benchmark harness's tests; then the unit and stress tests
+# again under ThreadSanitizer and UndefinedBehaviorSanitizer.
+#
+# Usage: tools/test.sh [--no-sanitizers] [ctest args...]
+# Environment: BUILD_DIR (default build), JOBS (default nproc).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+sanitizers=1
+if [[ "${1:-}" == "--no-sanitizers" ]]; then sanitizers=0; shift; fi
+jobs=${JOBS:-$(nproc)}
+build=${BUILD_DIR:-build}
+
+tools/deps.sh
+
+start=$(date +%s)
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build "$build" -j"$jobs"
+ctest --test-dir "$build" --output-on-failure -j"$jobs" --timeout 600 "$@"
+
+if ((sanitizers)); then
+  for san in thread undefined; do
+    dir="$build-$san"
+    echo "=== $san sanitizer: unit and stress tests ==="
+    cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLAZYMALLOC_SANITIZE=$san \
+      -DLAZYMALLOC_BUILD_BENCH=OFF -DLAZYMALLOC_BUILD_TOOLS=OFF -DLAZYMALLOC_BUILD_EXAMPLES=OFF >/dev/null
+    cmake --build "$dir" -j"$jobs"
+    TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" UBSAN_OPTIONS="halt_on_error=1 print_stacktrace=1" \
+      ctest --test-dir "$dir" --output-on-failure -j"$jobs" --timeout 900 -R '^(unit|stress)\.'
+  done
+fi
+echo "all tests passed in $(( $(date +%s) - start )) s"
