@@ -245,10 +245,10 @@ void Backend::account_take(SlotMeta* m, uint32_t mask) {
   if (!m->retained) dirty_remove(m);
 }
 
-Span* Backend::alloc_units(unsigned n) {
+Span* Backend::alloc_units(unsigned n, bool fresh_slot) {
   SlotMeta* m = nullptr;
   int idx = -1;
-  for (SlotMeta* p = partial_; p; p = p->part_next) {
+  for (SlotMeta* p = fresh_slot ? nullptr : partial_; p; p = p->part_next) {
     idx = find_zero_run(p->used, n);
     if (idx >= 0) {
       m = p;
@@ -336,12 +336,12 @@ Span* Backend::alloc_slots(size_t nslots, size_t align) {
   return s;
 }
 
-Span* Backend::alloc(size_t bytes, size_t align) {
+Span* Backend::alloc(size_t bytes, size_t align, bool growing) {
   if (bytes == 0) bytes = 1;
   if (bytes > kMaxRequest) return nullptr;
   LockGuard g(lock_);
   if (bytes <= kMaxLarge && align <= kUnitSize) {
-    return alloc_units(unsigned(align_up(bytes, kUnitSize) >> kUnitShift));
+    return alloc_units(unsigned(align_up(bytes, kUnitSize) >> kUnitShift), growing);
   }
   return alloc_slots(align_up(bytes, kSlotSize) >> kSlotShift, align);
 }
@@ -389,11 +389,61 @@ void Backend::release(Span* s) {
   spans_.free(s);
 }
 
-bool Backend::resize_huge(Span* s, size_t bytes) {
-  if (s->kind != SpanKind::kHuge || bytes == 0 || bytes > kMaxRequest) return false;
-  size_t want = align_up(bytes, kSlotSize) >> kSlotShift;
+bool Backend::resize(Span* s, size_t bytes) {
+  if (bytes == 0 || bytes > kMaxRequest) return false;
   uint64_t now = platform_->now_ns(platform_->ctx);
   LockGuard g(lock_);
+  if (s->kind == SpanKind::kLarge && bytes > kMaxLarge) {
+    // A large block alone in its slot, from its first unit, becomes a huge
+    // block of that slot in place (and may then grow into the next slots):
+    // a buffer growing by realloc is never copied at the large/huge border.
+    SlotMeta* m = s->slot;
+    if (s->first_unit != 0 || m->used != bit_range(0, s->nunits) || m->purging) return false;
+    uint32_t rest = ~m->used;
+    if (rest) account_take(m, rest);
+    partial_remove(m);
+    m->used = 0;
+    m->kind = SlotKind::kHuge;
+    for (unsigned u = 0; u < kUnitsPerSlot; ++u) m->unit_span[u] = s;
+    s->kind = SpanKind::kHuge;
+    s->nslots = 1;
+    s->nunits = 0;
+    s->bytes = kSlotSize;
+    stats_->add(Stat::huge_blocks, 1);
+    stats_->add(Stat::huge_bytes, kSlotSize);
+    stats_->add(Stat::promotions, 1);
+  }
+  if (s->kind == SpanKind::kLarge) {
+    // Within the slot: shrink by freeing tail units, grow into free ones.
+    unsigned want = unsigned(align_up(bytes, kUnitSize) >> kUnitShift);
+    unsigned have = s->nunits;
+    SlotMeta* m = s->slot;
+    if (want == have) return true;
+    if (want < have) {
+      uint32_t tail = bit_range(s->first_unit + want, have - want);
+      for (unsigned u = want; u < have; ++u) m->unit_span[s->first_unit + u] = nullptr;
+      m->used &= ~tail;
+      m->retained |= tail;
+      stats_->sub(Stat::active_bytes, units_bytes(tail));
+      stats_->add(Stat::retained_bytes, units_bytes(tail));
+      dirty_touch(m, now);
+      partial_add(m);
+    } else {
+      if (s->first_unit + want > kUnitsPerSlot) return false;
+      uint32_t grow = bit_range(s->first_unit + have, want - have);
+      if (m->used & grow) return false;
+      account_take(m, grow);
+      m->used |= grow;
+      if (m->used == kAllUnits) partial_remove(m);
+      for (unsigned u = have; u < want; ++u) m->unit_span[s->first_unit + u] = s;
+    }
+    s->nunits = uint16_t(want);
+    s->bytes = size_t(want) * kUnitSize;
+    stats_->add(Stat::inplace_resizes, 1);
+    return true;
+  }
+  if (s->kind != SpanKind::kHuge || bytes <= kMaxLarge) return false;
+  size_t want = align_up(bytes, kSlotSize) >> kSlotShift;
   size_t have = s->nslots;
   if (want == have) return true;
   if (want < have) {
@@ -414,7 +464,7 @@ bool Backend::resize_huge(Span* s, size_t bytes) {
   s->nslots = want;
   s->bytes = want * kSlotSize;
   stats_->add(Stat::huge_bytes, s->bytes);
-  stats_->add(Stat::huge_inplace_resizes, 1);
+  stats_->add(Stat::inplace_resizes, 1);
   return true;
 }
 

@@ -135,12 +135,16 @@ class Backend {
 
   // A span of `bytes` (rounded up to units, or to slots beyond kMaxLarge or
   // when `align` > kUnitSize) aligned to `align`.  Sets span->zero when every
-  // byte is known to read as zero.  nullptr when out of memory.
-  Span* alloc(size_t bytes, size_t align);
+  // byte is known to read as zero.  nullptr when out of memory.  `growing`
+  // (a block moved by realloc) puts a large block at the start of a fresh
+  // slot, where it can grow in place and become huge without a copy.
+  Span* alloc(size_t bytes, size_t align, bool growing = false);
   // Gives a span back; its units become RETAINED and young.
   void release(Span* span);
-  // Grows or shrinks a huge span in place to `bytes`; false if it cannot.
-  bool resize_huge(Span* span, size_t bytes);
+  // Grows or shrinks a large span (within its slot, up to kMaxLarge) or a
+  // huge span (into the free slots after it) in place to `bytes`; false if
+  // it cannot.  Small spans are never resized.
+  bool resize(Span* span, size_t bytes);
 
   // Lock-free: the span covering `p`, or nullptr if `p` is not in a live span
   // of this backend (foreign pointer, or a freed unit).
@@ -202,7 +206,7 @@ class Backend {
   void insert_free_run(SlotMeta* first, size_t nslots);
   void remove_free_run(SlotMeta* head);
   void release_slots(SlotMeta* first, size_t nslots, uint64_t now);
-  Span* alloc_units(unsigned n);
+  Span* alloc_units(unsigned n, bool fresh_slot);
   Span* alloc_slots(size_t nslots, size_t align);
   void account_take(SlotMeta* m, uint32_t mask);
   void dirty_touch(SlotMeta* m, uint64_t now);

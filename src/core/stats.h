@@ -33,7 +33,8 @@ class Writer;
   X(huge_bytes, gauge, "bytes in live huge blocks")                                              \
   X(large_allocs, counter, "large blocks allocated")                                             \
   X(huge_allocs, counter, "huge blocks allocated")                                               \
-  X(huge_inplace_resizes, counter, "realloc of huge blocks done in place")                        \
+  X(inplace_resizes, counter, "realloc of large and huge blocks done in place")                   \
+  X(promotions, counter, "large blocks grown by realloc into huge blocks in place")              \
   X(reuse_retained_bytes, counter, "bytes handed out from RETAINED free memory (no kernel work)") \
   X(reuse_lazy_bytes, counter, "bytes handed out from LAZY memory (no fault unless the kernel "  \
                                "took the page)")                                                 \

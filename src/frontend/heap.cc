@@ -351,8 +351,8 @@ Heap* heap_for_thread() {
 
 // ------------------------------------------------------------ large blocks
 
-void* alloc_large(size_t size, size_t align, bool* zero) {
-  Span* s = g.backend.alloc(size, align);
+void* alloc_large(size_t size, size_t align, bool* zero, bool growing = false) {
+  Span* s = g.backend.alloc(size, align, growing);
   if (!s) {
     pal::set_errno(ENOMEM);
     return nullptr;
@@ -565,12 +565,20 @@ void* lm_realloc(void* p, size_t size) {
   }
   size_t old = usable_of(s, p);
   if (size <= old && (size >= old / 2 || (s->kind == SpanKind::kSmall && old <= 64))) return p;
-  if (s->kind == SpanKind::kHuge && size > kMaxLarge && g.backend.resize_huge(s, size)) return p;
+  // Large and huge blocks grow and shrink in place where their neighbours
+  // allow (large ones stay large, huge ones stay huge).
+  if (s->kind != SpanKind::kSmall && size > kMaxSmall) {
+    SpanKind before = s->kind;
+    if (g.backend.resize(s, size)) {
+      if (before == SpanKind::kLarge && s->kind == SpanKind::kHuge) g.stats.sub(Stat::large_blocks, 1);
+      return p;
+    }
+  }
   if (size > kMaxRequest) {
     pal::set_errno(ENOMEM);
     return nullptr;
   }
-  void* q = lm_malloc(size);
+  void* q = size > kMaxSmall ? alloc_large(size, 0, nullptr, true) : lm_malloc(size);
   if (!q) return nullptr;
   memcpy(q, p, size < old ? size : old);
   lm_free(p);

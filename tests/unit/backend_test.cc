@@ -107,12 +107,12 @@ TEST_F(BackendTest, HugeBlocksResizeInPlaceAndFreeRunsCoalesce) {
   Span* c = backend->alloc(4 * kMiB, 16);
   ASSERT_EQ(b->start, a->start + 4 * kMiB);
   ASSERT_EQ(c->start, b->start + 4 * kMiB);
-  EXPECT_FALSE(backend->resize_huge(a, 6 * kMiB));  // b is in the way
+  EXPECT_FALSE(backend->resize(a, 6 * kMiB));  // b is in the way
   backend->release(b);
-  EXPECT_TRUE(backend->resize_huge(a, 7 * kMiB));   // grows into b's slots
+  EXPECT_TRUE(backend->resize(a, 7 * kMiB));   // grows into b's slots
   EXPECT_EQ(a->bytes, 8 * kMiB);
   EXPECT_EQ(backend->span_of(a->start + 7 * kMiB), a);
-  EXPECT_TRUE(backend->resize_huge(a, 2 * kMiB));   // shrinks, tail freed
+  EXPECT_TRUE(backend->resize(a, 2 * kMiB));   // shrinks, tail freed
   EXPECT_EQ(backend->span_of(a->start + 3 * kMiB), nullptr);
   char* base = a->start;
   backend->release(a);
@@ -121,6 +121,36 @@ TEST_F(BackendTest, HugeBlocksResizeInPlaceAndFreeRunsCoalesce) {
   Span* d = backend->alloc(12 * kMiB, 16);
   EXPECT_EQ(d->start, base);
   backend->release(d);
+}
+
+TEST_F(BackendTest, LargeBlocksResizeInPlaceAndBecomeHugeWithoutMoving) {
+  Span* l = backend->alloc(300 * 1024, 16, /*growing=*/true);
+  ASSERT_EQ(l->kind, SpanKind::kLarge);
+  EXPECT_EQ(l->first_unit, 0u);  // a growing block starts a fresh slot
+  char* where = l->start;
+  EXPECT_TRUE(backend->resize(l, 900 * 1024));
+  EXPECT_EQ(l->bytes, 15 * kUnitSize);
+  EXPECT_EQ(backend->span_of(where + 14 * kUnitSize), l);
+  EXPECT_TRUE(backend->resize(l, 200 * 1024));
+  EXPECT_EQ(backend->span_of(where + 5 * kUnitSize), nullptr);  // tail units freed
+  EXPECT_TRUE(backend->resize(l, 5 * kMiB));                    // promoted, then grown
+  EXPECT_EQ(l->kind, SpanKind::kHuge);
+  EXPECT_EQ(l->start, where);
+  EXPECT_EQ(l->bytes, 6 * kMiB);
+  EXPECT_EQ(backend->span_of(where + 5 * kMiB), l);
+  EXPECT_EQ(st(Stat::promotions), 1u);
+  // Not alone in its slot: no promotion.
+  Span* a = backend->alloc(128 * 1024, 16);
+  Span* b = backend->alloc(128 * 1024, 16);
+  ASSERT_EQ(a->slot, b->slot);
+  EXPECT_FALSE(backend->resize(a, 3 * kMiB));
+  EXPECT_EQ(a->kind, SpanKind::kLarge);
+  backend->release(a);
+  backend->release(b);
+  backend->release(l);
+  MemoryState m = backend->memory_state();
+  EXPECT_EQ(m.active, 0u);
+  EXPECT_EQ(m.retained + m.lazy + m.clean, m.reserved);
 }
 
 TEST_F(BackendTest, NewArenasWhenFullAndENOMEMWhenTheKernelSaysNo) {
