@@ -82,6 +82,19 @@ typedef enum lazymalloc_purge_mode {
  * whose state changed. */
 LAZYMALLOC_API size_t lazymalloc_purge(lazymalloc_purge_mode mode);
 
+/* Memory limits in bytes (0 = none).  Soft: when memory the allocator holds
+ * (in use + free but resident or lazily freed) exceeds it, free memory is
+ * purged with MADV_DONTNEED, oldest first.  Hard: allocations that would
+ * take the bytes in use beyond it fail with ENOMEM.  Same as the options
+ * LAZYMALLOC_MEMORY_LIMIT and LAZYMALLOC_MEMORY_LIMIT_HARD.  Returns 0, or -1
+ * with errno = EINVAL for values out of range. */
+LAZYMALLOC_API int lazymalloc_limit_set(uint64_t soft, uint64_t hard);
+LAZYMALLOC_API void lazymalloc_limit_get(uint64_t* soft, uint64_t* hard);
+
+/* Report memory pressure, as a PSI event would: every free byte is purged
+ * with MADV_DONTNEED at once, oldest first.  Returns the bytes purged. */
+LAZYMALLOC_API size_t lazymalloc_pressure_notify(void);
+
 /* Return the calling thread's cached free objects to the shared heap (as at
  * thread exit, but the thread keeps working). */
 LAZYMALLOC_API void lazymalloc_thread_collect(void);

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "core/bits.h"
+#include "core/options.h"
 
 namespace lazymalloc {
 
@@ -202,6 +203,7 @@ void Backend::dirty_remove(SlotMeta* m) {
 void Backend::dirty_touch(SlotMeta* m, uint64_t now) {
   dirty_remove(m);
   m->free_ns = now;
+  m->suppressed = false;
   m->dirty_prev = dirty_tail_;
   m->dirty_next = nullptr;
   if (dirty_tail_) dirty_tail_->dirty_next = m; else dirty_head_ = m;
@@ -230,6 +232,20 @@ void Backend::partial_remove(SlotMeta* m) {
 
 // Moves the units in `mask` (all free) from their page state to active.
 void Backend::account_take(SlotMeta* m, uint32_t mask) {
+  uint32_t purged = mask & ~m->retained;
+  if (purged && m->purged_ns) {
+    // Hysteresis bookkeeping: was the purge of this slot premature?
+    uint64_t since = now_ > m->purged_ns ? now_ - m->purged_ns : 0;
+    uint64_t decay = (uint64_t(option(Opt::decay_ms)) * 1000000) << m->decay_shift;
+    if (since < decay) {
+      stats_->add(Stat::refaults, 1);
+      stats_->add(Stat::refault_bytes, units_bytes(purged));
+      if (m->decay_shift < kMaxDecayShift) m->decay_shift++;
+    } else if (since > 8 * decay && m->decay_shift) {
+      m->decay_shift--;
+    }
+    m->purged_ns = 0;
+  }
   uint64_t r = units_bytes(mask & m->retained);
   uint64_t l = units_bytes(mask & m->lazy);
   uint64_t all = units_bytes(mask);
@@ -339,11 +355,22 @@ Span* Backend::alloc_slots(size_t nslots, size_t align) {
 Span* Backend::alloc(size_t bytes, size_t align, bool growing) {
   if (bytes == 0) bytes = 1;
   if (bytes > kMaxRequest) return nullptr;
+  uint64_t now = platform_->now_ns(platform_->ctx);
+  bool units = bytes <= kMaxLarge && align <= kUnitSize;
+  size_t taken = units ? align_up(bytes, kUnitSize) : align_up(bytes, kSlotSize);
   LockGuard g(lock_);
-  if (bytes <= kMaxLarge && align <= kUnitSize) {
-    return alloc_units(unsigned(align_up(bytes, kUnitSize) >> kUnitShift), growing);
-  }
-  return alloc_slots(align_up(bytes, kSlotSize) >> kSlotShift, align);
+  now_ = now;
+  __atomic_store_n(&last_activity_ns_, now, __ATOMIC_RELAXED);
+  if (!within_hard_limit(taken)) return nullptr;
+  if (units) return alloc_units(unsigned(taken >> kUnitShift), growing);
+  return alloc_slots(taken >> kSlotShift, align);
+}
+
+bool Backend::within_hard_limit(size_t more) {
+  uint64_t hard = hard_limit();
+  if (!hard || stats_->get(Stat::active_bytes) + more <= hard) return true;
+  stats_->add(Stat::limit_failures, 1);
+  return false;
 }
 
 // ---------------------------------------------------------- release
@@ -370,6 +397,8 @@ void Backend::release(Span* s) {
   uint64_t now = platform_->now_ns(platform_->ctx);
   {
     LockGuard g(lock_);
+    now_ = now;
+    __atomic_store_n(&last_activity_ns_, now, __ATOMIC_RELAXED);
     if (s->kind == SpanKind::kHuge) {
       stats_->sub(Stat::huge_blocks, 1);
       stats_->sub(Stat::huge_bytes, s->bytes);
@@ -393,6 +422,8 @@ bool Backend::resize(Span* s, size_t bytes) {
   if (bytes == 0 || bytes > kMaxRequest) return false;
   uint64_t now = platform_->now_ns(platform_->ctx);
   LockGuard g(lock_);
+  now_ = now;
+  if (bytes > s->bytes && !within_hard_limit(align_up(bytes, kUnitSize) - s->bytes)) return false;
   if (s->kind == SpanKind::kLarge && bytes > kMaxLarge) {
     // A large block alone in its slot, from its first unit, becomes a huge
     // block of that slot in place (and may then grow into the next slots):
@@ -484,7 +515,7 @@ uint32_t add_ranges(PurgeBatch* b, uintptr_t base, uint32_t mask, size_t max_ran
     char* addr = reinterpret_cast<char*>(base + size_t(first) * kUnitSize);
     size_t len = size_t(n) * kUnitSize;
     PurgeRange* last = b->nranges ? &b->ranges[b->nranges - 1] : nullptr;
-    if (last && last->addr + last->len == addr && last->len + len <= max_range) {
+    if (last && static_cast<char*>(last->addr) + last->len == addr && last->len + len <= max_range) {
       last->len += len;
     } else {
       if (b->nranges == PurgeBatch::kMaxRanges) break;
@@ -520,7 +551,7 @@ bool Backend::take_units(SlotMeta* m, uint32_t want, PurgeBatch* b, size_t max_r
 SlotMeta* Backend::take_run(SlotMeta* m, const PurgeSelect& sel, PurgeBatch* b, size_t max_range) {
   auto want_of = [&](SlotMeta* s) -> uint32_t {
     uint64_t age = sel.now_ns > s->free_ns ? sel.now_ns - s->free_ns : 0;
-    if (s->retained && age < sel.min_age_free_ns) return 0;
+    if (s->retained && age < slot_decay_ns(s, sel.min_age_free_ns, sel)) return 0;
     return s->retained | (sel.include_lazy ? s->lazy : 0);
   };
   SlotMeta* head = m;
@@ -580,6 +611,12 @@ SlotMeta* Backend::take_run(SlotMeta* m, const PurgeSelect& sel, PurgeBatch* b, 
   return last + 1;
 }
 
+uint64_t Backend::slot_decay_ns(const SlotMeta* m, uint64_t base_ns, const PurgeSelect& sel) const {
+  if (!sel.hysteresis || !m->decay_shift) return base_ns;
+  if (m->decay_shift >= kMaxDecayShift) return ~uint64_t(0);  // pinned
+  return base_ns << m->decay_shift;
+}
+
 bool Backend::batch_full(const PurgeSelect& sel, const PurgeBatch* b) {
   return b->bytes >= sel.max_bytes || b->nitems == PurgeBatch::kMaxItems ||
          b->nranges == PurgeBatch::kMaxRanges;
@@ -600,16 +637,24 @@ void Backend::purge_collect(const PurgeSelect& sel, PurgeBatch* b) {
   while (m && !batch_full(sel, b)) {
     uint64_t age = sel.now_ns > m->free_ns ? sel.now_ns - m->free_ns : 0;
     if (age < min_age) break;  // the rest of the list is younger
-    if (m->kind == SlotKind::kUnits && age >= sel.min_age_partial_ns) {
-      uint32_t want = m->retained | (sel.include_lazy ? m->lazy : 0);
-      if (!take_units(m, want, b, max_range)) break;
+    bool units = m->kind == SlotKind::kUnits;
+    uint64_t base = units ? sel.min_age_partial_ns : sel.min_age_free_ns;
+    if ((units || m->kind == SlotKind::kFree) && age >= slot_decay_ns(m, base, sel)) {
+      if (units) {
+        uint32_t want = m->retained | (sel.include_lazy ? m->lazy : 0);
+        if (!take_units(m, want, b, max_range)) break;
+      } else {
+        take_run(m, sel, b, max_range);
+      }
       m = dirty_head_;
-    } else if (m->kind == SlotKind::kFree && age >= sel.min_age_free_ns) {
-      take_run(m, sel, b, max_range);
-      m = dirty_head_;
-    } else {
-      m = m->dirty_next;
+      continue;
     }
+    if ((units || m->kind == SlotKind::kFree) && age >= base && !m->suppressed) {
+      // Old enough for plain decay; hysteresis says this slot comes back.
+      m->suppressed = true;
+      stats_->add(Stat::purges_suppressed, 1);
+    }
+    m = m->dirty_next;
   }
 }
 
@@ -647,6 +692,7 @@ void Backend::purge_collect_all(const PurgeSelect& sel, PurgeCursor* cur, PurgeB
 }
 
 void Backend::purge_finish(PurgeBatch* b, bool made_clean, bool failed) {
+  uint64_t now = platform_->now_ns(platform_->ctx);
   LockGuard g(lock_);
   auto settle = [&](SlotMeta* s, uint32_t mask, uint32_t was_lazy) {
     if (!mask) return;
@@ -656,6 +702,7 @@ void Backend::purge_finish(PurgeBatch* b, bool made_clean, bool failed) {
       if (s->retained && !s->in_dirty) dirty_touch(s, s->free_ns);
       return;
     }
+    s->purged_ns = now;
     uint64_t from_retained = units_bytes(mask & ~was_lazy);
     uint64_t from_lazy = units_bytes(was_lazy);
     stats_->sub(Stat::retained_bytes, from_retained);

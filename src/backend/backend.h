@@ -51,6 +51,9 @@ struct SlotMeta {
   bool in_partial;
   uint32_t run_len;    // kFree: length in slots, valid on a run's first and last slot
   uint64_t free_ns;    // when a unit of this slot last became free
+  uint64_t purged_ns;  // when units of this slot were last purged (0: never)
+  uint8_t decay_shift; // hysteresis: this slot waits decay << decay_shift
+  bool suppressed;     // a purge of this idle episode was suppressed (counted once)
   SlotMeta* free_next; // free-run bin (first slot of a run)
   SlotMeta* free_prev;
   SlotMeta* part_next; // slots of kind kUnits with free units
@@ -82,10 +85,7 @@ struct Arena {
 };
 
 // One range handed to the purger.
-struct PurgeRange {
-  char* addr;
-  size_t len;
-};
+using PurgeRange = AdviseRange;
 
 // What one purge_collect() took: ranges to advise, and how to give them back.
 struct PurgeBatch {
@@ -111,7 +111,15 @@ struct PurgeSelect {
   size_t max_bytes;             // stop after this many bytes (one lock hold)
   size_t max_range;             // split ranges larger than this
   bool include_lazy;            // also take LAZY units (to make them CLEAN)
+  bool hysteresis;              // per-slot decay multipliers apply (adaptive policy)
 };
+
+// Hysteresis: a slot whose purged memory is reused sooner than its own decay
+// time was purged too early; its decay doubles (up to 2^kMaxDecayShift).  At
+// the cap the slot is pinned: decay no longer purges it while the process is
+// active; pressure, limits, trim and an idle process still do.  A reuse long
+// after the purge (more than 8x its decay) halves it again.
+inline constexpr uint8_t kMaxDecayShift = 5;
 
 // Resumable position of purge_collect_all().
 struct PurgeCursor {
@@ -139,6 +147,11 @@ class Backend {
   // (a block moved by realloc) puts a large block at the start of a fresh
   // slot, where it can grow in place and become huge without a copy.
   Span* alloc(size_t bytes, size_t align, bool growing = false);
+  // Time of the last allocation or release through the backend.
+  uint64_t last_activity_ns() const { return __atomic_load_n(&last_activity_ns_, __ATOMIC_RELAXED); }
+  // Hard limit on active bytes (0 = none): alloc() fails beyond it.
+  void set_hard_limit(uint64_t bytes) { __atomic_store_n(&hard_limit_, bytes, __ATOMIC_RELAXED); }
+  uint64_t hard_limit() const { return __atomic_load_n(&hard_limit_, __ATOMIC_RELAXED); }
   // Gives a span back; its units become RETAINED and young.
   void release(Span* span);
   // Grows or shrinks a large span (within its slot, up to kMaxLarge) or a
@@ -209,6 +222,8 @@ class Backend {
   Span* alloc_units(unsigned n, bool fresh_slot);
   Span* alloc_slots(size_t nslots, size_t align);
   void account_take(SlotMeta* m, uint32_t mask);
+  bool within_hard_limit(size_t more_active_bytes);
+  uint64_t slot_decay_ns(const SlotMeta* m, uint64_t base_ns, const PurgeSelect& sel) const;
   void dirty_touch(SlotMeta* m, uint64_t now);
   void dirty_remove(SlotMeta* m);
   void partial_add(SlotMeta* m);
@@ -230,6 +245,9 @@ class Backend {
   Stats* stats_ = nullptr;
   size_t arena_reserve_ = 0;
   bool hugepages_ = true;
+  uint64_t now_ = 0;                 // REQUIRES lock_: the clock at this operation
+  uint64_t last_activity_ns_ = 0;
+  uint64_t hard_limit_ = 0;
 
   mutable Mutex lock_;
   Arena* arenas_ = nullptr;

@@ -26,18 +26,28 @@ enum class OptKind : uint8_t { kBool, kInt, kSize, kMillis, kEnum };
   X(verbose, kBool, 0, 0, 1, nullptr,                                                      \
     "report option problems and unusual events (failed madvise, fallbacks) on stderr")     \
   X(purge, kEnum, 0, 0, 3, "adaptive|decay|eager|never",                                   \
-    "release policy: adaptive and decay give back memory idle for decay_ms (adaptive "     \
-    "adds hysteresis once the release engine lands); eager purges on every free; never "   \
-    "keeps everything until malloc_trim or lazymalloc_purge")                              \
+    "release policy: adaptive gives back memory idle for decay_ms, with hysteresis (a "    \
+    "slot reused soon after a purge waits longer next time); decay is the same without "   \
+    "hysteresis; eager purges on every free; never keeps everything until malloc_trim or " \
+    "lazymalloc_purge.  Pressure and limits act under every policy but never")             \
   X(purge_advice, kEnum, 0, 0, 2, "auto|free|dontneed",                                     \
     "how idle memory is given back: MADV_FREE (lazy: pages stay until the kernel needs "   \
-    "them), MADV_DONTNEED (Rss drops at once), or auto (MADV_FREE, falling back to "       \
-    "MADV_DONTNEED where the kernel refuses MADV_FREE)")                                    \
+    "them), MADV_DONTNEED (Rss drops at once), or auto (MADV_FREE; MADV_DONTNEED inside a " \
+    "memory-limited cgroup, where lazily freed pages still count against the limit, and "  \
+    "wherever the kernel refuses MADV_FREE).  Pressure and limits always use DONTNEED")    \
   X(decay_ms, kMillis, 1000, 0, 3600000, nullptr,                                          \
     "free 2 MiB slots unused this long are given back (background thread)")                \
   X(partial_decay_ms, kMillis, 4000, 0, 3600000, nullptr,                                  \
     "free 64 KiB units inside slots that still hold live data wait this long: purging "    \
     "them splits a transparent hugepage")                                                  \
+  X(memory_limit, kSize, 0, 0, int64_t(1) << 50, nullptr,                                   \
+    "soft limit (0 = none): when active + retained + lazy bytes exceed it, free memory is "  \
+    "purged with MADV_DONTNEED, oldest first, until they do not")                           \
+  X(memory_limit_hard, kSize, 0, 0, int64_t(1) << 50, nullptr,                              \
+    "hard limit on bytes in use (0 = none): allocations beyond it fail with ENOMEM")        \
+  X(pressure, kBool, 1, 0, 1, nullptr,                                                     \
+    "watch memory pressure (PSI trigger, cgroup limits, MemAvailable) from the background " \
+    "thread and purge free memory when the machine needs it")                              \
   X(purge_batch, kSize, 8 << 20, 64 << 10, int64_t(1) << 40, nullptr,                      \
     "largest range given to one madvise call, and most bytes taken per allocator-lock "    \
     "hold by the purger, so concurrent page faults and allocations are not starved")       \

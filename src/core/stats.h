@@ -48,6 +48,21 @@ class Writer;
   X(purge_failures, counter, "madvise calls the kernel refused")                                 \
   X(purge_free_unsupported, counter, "1 once the kernel refused MADV_FREE (then MADV_DONTNEED is used)") \
   X(purge_ns, counter, "nanoseconds spent inside madvise for purging")                           \
+  X(refaults, counter, "reuses of purged memory sooner than its slot's decay time (each doubles "  \
+                       "that slot's decay: hysteresis)")                                          \
+  X(refault_bytes, counter, "bytes of purged memory reused by those refaults")                    \
+  X(purges_suppressed, counter, "idle episodes in which hysteresis kept a slot from being purged") \
+  X(limit_failures, counter, "allocations refused by the hard memory limit (ENOMEM)")             \
+  X(pressure_psi_active, gauge, "1 if a PSI trigger (cgroup memory.pressure or "                  \
+                                "/proc/pressure/memory) is being watched")                        \
+  X(pressure_meminfo_active, gauge, "1 if /proc/meminfo MemAvailable is being watched")            \
+  X(cgroup_limit_bytes, gauge, "memory limit of the process's cgroup (0: none found)")             \
+  X(pressure_events_psi, counter, "PSI memory-pressure events acted on")                           \
+  X(pressure_events_cgroup, counter, "times cgroup usage came within 10% of its limit")            \
+  X(pressure_events_meminfo, counter, "times MemAvailable fell below 1/32 of MemTotal")            \
+  X(pressure_events_limit, counter, "times the soft limit (LAZYMALLOC_MEMORY_LIMIT) was exceeded")  \
+  X(pressure_events_api, counter, "pressure reported through lazymalloc_pressure_notify()")        \
+  X(pressure_purged_bytes, counter, "bytes purged (MADV_DONTNEED) to relieve pressure or limits")  \
   X(purge_passes, counter, "purge passes run (background, inline, trim, explicit)")              \
   X(background_wakeups, counter, "times the background thread woke up")                          \
   X(background_threads, gauge, "background purge threads running")                               \

@@ -172,13 +172,19 @@ void span_collect(Span* s) {
   if (!s->free && s->reserved < s->capacity) carve(s);
 }
 
+// Gives a span back, then lets the purger act (limits, eager policy, inline
+// decay) and makes sure the background thread runs.  No lock held.
+void release_to_backend(Span* s) {
+  g.backend.release(s);
+  uint64_t now = g.backend.platform()->now_ns(g.backend.platform()->ctx);
+  g.purger.after_release(now, g.background.ensure_started(&g.purger, g.backend.platform(), &g.stats));
+}
+
 void span_release(Heap* h, Span* s) {
   h->stats.inc(HeapStat::spans_released);
   g.stats.sub(Stat::small_spans, 1);
   s->heap = nullptr;
-  g.backend.release(s);
-  uint64_t now = g.backend.platform()->now_ns(g.backend.platform()->ctx);
-  g.purger.after_release(now, g.background.ensure_started(&g.purger, g.backend.platform(), &g.stats));
+  release_to_backend(s);
 }
 
 // Revives the spans other threads freed into while they were full.
@@ -448,9 +454,7 @@ LM_NOINLINE void free_generic(Span* s, void* p) {
   Heap* h = tl_heap;
   if (h != &g_empty_heap) h->stats.inc(HeapStat::large_frees);
   if (s->kind == SpanKind::kLarge) g.stats.sub(Stat::large_blocks, 1);
-  g.backend.release(s);
-  uint64_t now = g.backend.platform()->now_ns(g.backend.platform()->ctx);
-  g.purger.after_release(now, g.background.ensure_started(&g.purger, g.backend.platform(), &g.stats));
+  release_to_backend(s);
 }
 
 inline Span* checked_span(const char* fn, const void* p) {
@@ -482,6 +486,7 @@ void lm_init() {
   g.backend.init(&pal::linux_platform(), &g.stats, size_t(option(Opt::arena_reserve)),
                  option(Opt::hugepages) != 0);
   g.purger.init(&g.backend, &pal::linux_platform(), &g.stats);
+  g.backend.set_hard_limit(uint64_t(option(Opt::memory_limit_hard)));
   pal::register_thread_exit(heap_thread_exit);
   g.init_state.store(2, std::memory_order_release);
   // May allocate: only now that malloc works.
@@ -597,6 +602,31 @@ size_t lm_purge(bool now) {
 }
 
 int lm_trim() { return lm_purge(true) > 0 ? 1 : 0; }
+
+size_t lm_pressure_notify() {
+  lm_init();
+  lm_thread_collect();
+  g.stats.add(Stat::pressure_events_api, 1);
+  return g.purger.relieve(~uint64_t(0));
+}
+
+void lm_limits(uint64_t* soft, uint64_t* hard) {
+  lm_init();
+  *soft = uint64_t(option(Opt::memory_limit));
+  *hard = g.backend.hard_limit();
+}
+
+bool lm_set_limits(uint64_t soft, uint64_t hard) {
+  lm_init();
+  if (!option_set(unsigned(Opt::memory_limit), int64_t(soft)) ||
+      !option_set(unsigned(Opt::memory_limit_hard), int64_t(hard))) {
+    return false;
+  }
+  g.backend.set_hard_limit(hard);
+  uint64_t held = g.purger.footprint();
+  if (soft && held > soft) g.purger.relieve(held - soft);
+  return true;
+}
 
 void lm_memory_state(uint64_t out[5]) {
   lm_init();

@@ -57,6 +57,9 @@ size_t lm_usable_size(const void* p);
 void lm_init();  // idempotent; called on first use
 int lm_trim();   // malloc_trim: collect this thread's heap, purge all (DONTNEED)
 size_t lm_purge(bool now);
+size_t lm_pressure_notify();  // as if the system reported memory pressure
+void lm_limits(uint64_t* soft, uint64_t* hard);
+bool lm_set_limits(uint64_t soft, uint64_t hard);  // false if out of range
 void lm_thread_collect();
 void lm_memory_state(uint64_t out[5]);
 size_t lm_stats_write(char* buf, size_t len, bool json);

@@ -80,6 +80,23 @@ LAZYMALLOC_API size_t lazymalloc_purge(lazymalloc_purge_mode mode) {
 
 LAZYMALLOC_API void lazymalloc_thread_collect(void) { lm_thread_collect(); }
 
+LAZYMALLOC_API int lazymalloc_limit_set(uint64_t soft, uint64_t hard) {
+  if (!lm_set_limits(soft, hard)) {
+    errno = EINVAL;
+    return -1;
+  }
+  return 0;
+}
+
+LAZYMALLOC_API void lazymalloc_limit_get(uint64_t* soft, uint64_t* hard) {
+  uint64_t s, h;
+  lm_limits(&s, &h);
+  if (soft) *soft = s;
+  if (hard) *hard = h;
+}
+
+LAZYMALLOC_API size_t lazymalloc_pressure_notify(void) { return lm_pressure_notify(); }
+
 LAZYMALLOC_API void lazymalloc_memory_state_get(lazymalloc_memory_state* out) {
   if (!out) return;
   uint64_t v[5];

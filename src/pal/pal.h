@@ -16,19 +16,35 @@ enum class Advice : uint8_t {
   kDontNeed,  // MADV_DONTNEED: dropped now; reads as zeros
 };
 
+struct AdviseRange {
+  void* addr;
+  size_t len;
+};
+
 // What policy code needs from the operating system.  The real one is
 // pal::linux_platform(); tests pass a fake with a manual clock that records
-// every call.
+// every call and serves canned /proc and cgroup files.
 struct Platform {
   void* ctx;
   // Reserve `size` bytes aligned to `align` (a power of two >= 4 KiB),
   // readable and writable, not committed.  nullptr on failure.
   void* (*reserve)(void* ctx, size_t size, size_t align);
-  // Give a range back; returns 0 or an errno value (EINVAL for an advice the
-  // kernel does not know).
-  int (*advise)(void* ctx, void* addr, size_t size, Advice advice);
+  // Give ranges back: one process_madvise(2) call for the whole vector where
+  // the kernel takes it, else one madvise(2) per range.  Returns 0 or an
+  // errno value (EINVAL for an advice the kernel does not know); *syscalls
+  // gets the number of system calls made.
+  int (*advise)(void* ctx, const AdviseRange* ranges, unsigned n, Advice advice, unsigned* syscalls);
   // Monotonic clock in nanoseconds.
   uint64_t (*now_ns)(void* ctx);
+  // Whole small file (procfs, cgroupfs) into buf, NUL-terminated; returns
+  // its length or -1.
+  long (*read_file)(void* ctx, const char* path, char* buf, size_t len);
+  // A PSI trigger ("some <stall us> <window us>") on a pressure file: an
+  // event handle, or -1 if the file or the permission is missing.
+  int (*psi_open)(void* ctx, const char* path, const char* trigger);
+  // Waits up to timeout_ns for the PSI handle (or just sleeps if it is -1).
+  // Returns 1 if the trigger fired, 0 otherwise.
+  int (*wait)(void* ctx, int psi, int64_t timeout_ns);
 };
 
 namespace pal {
@@ -40,6 +56,13 @@ const Platform& linux_platform();
 void* map(size_t size, size_t align);
 void unmap(void* addr, size_t size);
 int advise(void* addr, size_t size, Advice advice);
+// process_madvise(2) on our own process for a vector of ranges; falls back to
+// madvise per range (remembering that the kernel refused) and reports the
+// system calls made.
+int advise_vector(const AdviseRange* ranges, unsigned n, Advice advice, unsigned* syscalls);
+long read_file(const char* path, char* buf, size_t len);
+int psi_open(const char* path, const char* trigger);
+int wait_event(int fd, int64_t timeout_ns);
 // MADV_HUGEPAGE / MADV_NOHUGEPAGE on a range; failures are ignored.
 void advise_hugepage(void* addr, size_t size, bool huge);
 uint64_t now_ns();

@@ -1,5 +1,8 @@
 // The Linux platform layer.
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/uio.h>
 #include <linux/futex.h>
 #include <pthread.h>
 #include <signal.h>
@@ -41,6 +44,107 @@ void unmap(void* addr, size_t size) { munmap(addr, size); }
 int advise(void* addr, size_t size, Advice advice) {
   int a = advice == Advice::kFree ? MADV_FREE : MADV_DONTNEED;
   return madvise(addr, size, a) == 0 ? 0 : errno;
+}
+
+namespace {
+bool g_vector_refused = false;
+}  // namespace
+
+int advise_vector(const AdviseRange* ranges, unsigned n, Advice advice, unsigned* syscalls) {
+  int saved = errno;
+  int a = advice == Advice::kFree ? MADV_FREE : MADV_DONTNEED;
+  unsigned calls = 0;
+  unsigned done = 0;
+  if (n > 1 && !__atomic_load_n(&g_vector_refused, __ATOMIC_RELAXED)) {
+    // A pidfd of our own for this call only: a cached descriptor could be
+    // closed by the program and its number reused for something else.
+    int fd = int(syscall(SYS_pidfd_open, getpid(), 0));
+    struct iovec iov[64];
+    while (fd >= 0 && done < n) {
+      unsigned k = n - done < 64 ? n - done : 64;
+      size_t want = 0;
+      for (unsigned i = 0; i < k; ++i) {
+        iov[i].iov_base = ranges[done + i].addr;
+        iov[i].iov_len = ranges[done + i].len;
+        want += ranges[done + i].len;
+      }
+      long r = syscall(SYS_process_madvise, fd, iov, k, a, 0);
+      ++calls;
+      if (r < 0) {
+        // ENOSYS (old kernel), EINVAL (advice not accepted there), EPERM:
+        // use madvise from now on.
+        if (errno == ENOSYS || errno == EINVAL || errno == EPERM || errno == EBADF) {
+          __atomic_store_n(&g_vector_refused, true, __ATOMIC_RELAXED);
+        }
+        break;
+      }
+      if (size_t(r) != want) break;  // partial: finish the rest one by one
+      done += k;
+    }
+    if (fd >= 0) close(fd);
+  }
+  int rc = 0;
+  for (unsigned i = done; i < n; ++i) {
+    ++calls;
+    if (madvise(ranges[i].addr, ranges[i].len, a) != 0) {
+      rc = errno;
+      if (rc == EINVAL && advice == Advice::kFree) break;
+    }
+  }
+  *syscalls = calls;
+  errno = saved;
+  return rc;
+}
+
+long read_file(const char* path, char* buf, size_t len) {
+  int saved = errno;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    errno = saved;
+    return -1;
+  }
+  size_t got = 0;
+  while (got + 1 < len) {
+    ssize_t r = read(fd, buf + got, len - 1 - got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    got += size_t(r);
+  }
+  close(fd);
+  buf[got] = '\0';
+  errno = saved;
+  return long(got);
+}
+
+int psi_open(const char* path, const char* trigger) {
+  int saved = errno;
+  int fd = open(path, O_RDWR | O_NONBLOCK | O_CLOEXEC);
+  if (fd >= 0) {
+    size_t n = 0;
+    while (trigger[n]) ++n;
+    if (write(fd, trigger, n + 1) < 0) {
+      close(fd);
+      fd = -1;
+    }
+  }
+  errno = saved;
+  return fd;
+}
+
+int wait_event(int fd, int64_t timeout_ns) {
+  int saved = errno;
+  int fired = 0;
+  if (fd >= 0) {
+    struct pollfd p = {fd, POLLPRI, 0};
+    int r = poll(&p, 1, int(timeout_ns / 1000000));
+    fired = r > 0 && (p.revents & POLLPRI) ? 1 : 0;
+  } else {
+    struct timespec ts = {timeout_ns / 1000000000, timeout_ns % 1000000000};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+  }
+  errno = saved;
+  return fired;
 }
 
 void advise_hugepage(void* addr, size_t size, bool huge) {
@@ -137,9 +241,15 @@ void register_fork(void (*prepare)(), void (*parent)(), void (*child)()) {
 
 namespace {
 void* linux_reserve(void*, size_t size, size_t align) { return map(size, align); }
-int linux_advise(void*, void* addr, size_t size, Advice advice) { return advise(addr, size, advice); }
+int linux_advise(void*, const AdviseRange* r, unsigned n, Advice a, unsigned* calls) {
+  return advise_vector(r, n, a, calls);
+}
 uint64_t linux_now(void*) { return now_ns(); }
-constexpr Platform kLinux = {nullptr, linux_reserve, linux_advise, linux_now};
+long linux_read_file(void*, const char* path, char* buf, size_t len) { return read_file(path, buf, len); }
+int linux_psi_open(void*, const char* path, const char* trigger) { return psi_open(path, trigger); }
+int linux_wait(void*, int fd, int64_t timeout_ns) { return wait_event(fd, timeout_ns); }
+constexpr Platform kLinux = {nullptr, linux_reserve, linux_advise, linux_now,
+                             linux_read_file, linux_psi_open, linux_wait};
 }  // namespace
 
 const Platform& linux_platform() { return kLinux; }

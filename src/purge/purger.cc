@@ -12,38 +12,38 @@ constexpr uint64_t kMs = 1000000;
 
 bool Purger::advise_batch(PurgeBatch* b, bool dontneed) {
   bool clean = dontneed || free_unsupported();
-  bool failed = false;
   uint64_t t0 = platform_->now_ns(platform_->ctx);
-  for (unsigned i = 0; i < b->nranges; ++i) {
-    PurgeRange& r = b->ranges[i];
-    int rc = platform_->advise(platform_->ctx, r.addr, r.len, clean ? Advice::kDontNeed : Advice::kFree);
-    if (rc == EINVAL && !clean) {
-      // Kernels before 4.5 (and some emulators) do not know MADV_FREE: fall
-      // back to MADV_DONTNEED for good.  Ranges already given MADV_FREE are
-      // settled as CLEAN too, which is safe: they are re-zeroed on reuse
-      // where it matters (calloc) and otherwise merely counted as clean.
-      free_unsupported_.store(true, std::memory_order_relaxed);
-      stats_->set(Stat::purge_free_unsupported, 1);
-      clean = true;
-      for (unsigned j = 0; j < i; ++j) {
-        platform_->advise(platform_->ctx, b->ranges[j].addr, b->ranges[j].len, Advice::kDontNeed);
-      }
-      rc = platform_->advise(platform_->ctx, r.addr, r.len, Advice::kDontNeed);
-    }
-    if (rc != 0) {
-      failed = true;
-      stats_->add(Stat::purge_failures, 1);
-      continue;
-    }
-    stats_->add(clean ? Stat::purge_dontneed_calls : Stat::purge_lazy_calls, 1);
-    stats_->add(clean ? Stat::purge_dontneed_bytes : Stat::purge_lazy_bytes, r.len);
+  unsigned calls = 0;
+  int rc = platform_->advise(platform_->ctx, b->ranges, b->nranges,
+                             clean ? Advice::kDontNeed : Advice::kFree, &calls);
+  if (rc == EINVAL && !clean) {
+    // Kernels before 4.5 (and some emulators) do not know MADV_FREE: use
+    // MADV_DONTNEED for good, on the whole batch again (ranges already given
+    // MADV_FREE must read as zero once settled CLEAN).
+    free_unsupported_.store(true, std::memory_order_relaxed);
+    stats_->set(Stat::purge_free_unsupported, 1);
+    clean = true;
+    unsigned more = 0;
+    rc = platform_->advise(platform_->ctx, b->ranges, b->nranges, Advice::kDontNeed, &more);
+    calls += more;
   }
   stats_->add(Stat::purge_ns, platform_->now_ns(platform_->ctx) - t0);
-  // A failed range is settled with the others as still RETAINED (failed ==
-  // true keeps the whole batch's books as before): conservative, since
-  // RETAINED memory is never assumed to be zero.
-  backend_->purge_finish(b, clean, failed);
-  return !failed;
+  stats_->add(clean ? Stat::purge_dontneed_calls : Stat::purge_lazy_calls, calls);
+  if (rc != 0) {
+    // Settled as still RETAINED (the whole batch): conservative, since
+    // RETAINED memory is never assumed to be zero.  Retried on a later pass.
+    stats_->add(Stat::purge_failures, 1);
+  } else {
+    stats_->add(clean ? Stat::purge_dontneed_bytes : Stat::purge_lazy_bytes, b->bytes);
+  }
+  backend_->purge_finish(b, clean, rc != 0);
+  return rc == 0;
+}
+
+bool Purger::decay_uses_dontneed() const {
+  int64_t advice = option(Opt::purge_advice);
+  if (advice == kAdviceDontneed) return true;
+  return advice == kAdviceAuto && pressure_.cgroup_limited();
 }
 
 size_t Purger::decay_pass(uint64_t now) {
@@ -56,11 +56,16 @@ size_t Purger::decay_pass(uint64_t now) {
   } else {
     sel.min_age_free_ns = uint64_t(option(Opt::decay_ms)) * kMs;
     sel.min_age_partial_ns = uint64_t(option(Opt::partial_decay_ms)) * kMs;
+    // Hysteresis while the process is busy; an idle process gets back to
+    // its live size after plain decay.
+    uint64_t last = backend_->last_activity_ns();
+    bool idle = now > last && now - last >= sel.min_age_free_ns;
+    sel.hysteresis = policy == kPurgeAdaptive && !idle;
   }
   sel.max_bytes = size_t(option(Opt::purge_batch));
   sel.max_range = sel.max_bytes;
   sel.include_lazy = false;
-  bool dontneed = option(Opt::purge_advice) == kAdviceDontneed;
+  bool dontneed = decay_uses_dontneed();
   LockGuard g(lock_);
   stats_->add(Stat::purge_passes, 1);
   size_t total = 0;
@@ -96,9 +101,60 @@ size_t Purger::purge_all(bool dontneed) {
   return total;
 }
 
+size_t Purger::relieve(uint64_t bytes) {
+  if (option(Opt::purge) == kPurgeNever || bytes == 0) return 0;
+  PurgeSelect sel{};
+  sel.now_ns = platform_->now_ns(platform_->ctx);
+  sel.max_range = size_t(option(Opt::purge_batch));
+  LockGuard g(lock_);
+  stats_->add(Stat::purge_passes, 1);
+  uint64_t total = 0;
+  PurgeBatch batch;
+  // Oldest RETAINED memory first (the dirty list, ages ignored)...
+  while (total < bytes) {
+    uint64_t left = bytes - total;
+    sel.max_bytes = size_t(left < sel.max_range ? left : sel.max_range);
+    backend_->purge_collect(sel, &batch);
+    if (batch.nitems == 0) break;
+    size_t got = batch.bytes;
+    if (!advise_batch(&batch, true)) break;
+    total += got;
+  }
+  // ...then LAZY memory, which the kernel could take but has not.
+  sel.include_lazy = true;
+  PurgeCursor cursor;
+  while (total < bytes) {
+    uint64_t left = bytes - total;
+    sel.max_bytes = size_t(left < sel.max_range ? left : sel.max_range);
+    backend_->purge_collect_all(sel, &cursor, &batch);
+    if (batch.nitems) {
+      size_t got = batch.bytes;
+      if (advise_batch(&batch, true)) total += got;
+    }
+    if (!cursor.arena) break;
+  }
+  stats_->add(Stat::pressure_purged_bytes, total);
+  return size_t(total);
+}
+
+void Purger::tick(uint64_t now, bool psi_fired) {
+  uint64_t soft = uint64_t(option(Opt::memory_limit));
+  PressureRequest req = pressure_.check(now, psi_fired, soft ? footprint() : 0, soft);
+  if (req.bytes) relieve(req.bytes);
+  decay_pass(now);
+}
+
 void Purger::after_release(uint64_t now, bool background_running) {
   int64_t policy = option(Opt::purge);
   if (policy == kPurgeNever) return;
+  // The soft limit holds synchronously: free() gives back the excess.
+  if (uint64_t soft = uint64_t(option(Opt::memory_limit))) {
+    uint64_t held = footprint();
+    if (held > soft) {
+      stats_->add(Stat::pressure_events_limit, 1);
+      relieve(held - soft);
+    }
+  }
   if (policy != kPurgeEager) {
     if (background_running) return;
     // No background thread: decay inline, at most once per interval.
@@ -131,11 +187,13 @@ bool BackgroundPurger::ensure_started(Purger* purger, const Platform* platform, 
 void* BackgroundPurger::main(void* arg) {
   auto* self = static_cast<BackgroundPurger*>(arg);
   self->stats_->add(Stat::background_threads, 1);
+  self->purger_->init_pressure();
   for (;;) {
     int64_t interval = option(Opt::background_interval_ms) * int64_t(kMs);
-    pal::futex_wait(&self->wake_, 0, interval);
+    const Platform* p = self->platform_;
+    bool fired = p->wait(p->ctx, self->purger_->pressure().psi_handle(), interval) > 0;
     self->stats_->add(Stat::background_wakeups, 1);
-    self->purger_->decay_pass(self->platform_->now_ns(self->platform_->ctx));
+    self->purger_->tick(p->now_ns(p->ctx), fired);
   }
   return nullptr;
 }

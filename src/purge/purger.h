@@ -1,15 +1,20 @@
 // The purger: decides which free memory goes back to the kernel and when,
 // and performs the madvise calls with no allocator lock held.
 //
-// This first engine implements the policies of Opt::purge:
-//   adaptive / decay  free 2 MiB slots idle for decay_ms, and free units in
-//                     partly used slots idle for partial_decay_ms, are given
-//                     MADV_FREE (or MADV_DONTNEED per purge_advice), oldest
-//                     first, in batches of at most purge_batch bytes;
-//   eager             every release is purged at once (like glibc arenas);
-//   never             nothing until purge_all() (malloc_trim).
-// It takes its clock and its OS effects from a Platform, so tests drive it
-// with a fake platform and a manual clock.
+// Policies (Opt::purge):
+//   adaptive  free 2 MiB slots idle for decay_ms, and free units in partly
+//             used slots idle for partial_decay_ms, are purged oldest first,
+//             in batches of at most purge_batch bytes; hysteresis (backend.h)
+//             lengthens the decay of slots that come back soon after a purge
+//             and pins those that keep coming back, except when the whole
+//             process has been idle for decay_ms;
+//   decay     the same without hysteresis;
+//   eager     every release is purged at once (like glibc's arenas);
+//   never     nothing until purge_all() (malloc_trim, lazymalloc_purge).
+// Pressure and limits (pressure.h) purge with MADV_DONTNEED under every
+// policy but `never`, oldest RETAINED memory first, then LAZY memory.
+// The purger takes its clock and its OS effects from a Platform, so tests
+// drive it with a fake platform and a manual clock.
 #pragma once
 
 #include <atomic>
@@ -17,8 +22,10 @@
 #include <cstdint>
 
 #include "backend/backend.h"
+#include "core/options.h"
 #include "pal/lock.h"
 #include "pal/pal.h"
+#include "purge/pressure.h"
 
 namespace lazymalloc {
 
@@ -31,37 +38,59 @@ class Purger {
     platform_ = platform;
     stats_ = stats;
   }
+  // Finds the pressure sources (reads /proc and cgroup files).  Called once
+  // the background thread starts, not at start-up.
+  void init_pressure() { pressure_.init(platform_, stats_, option(Opt::pressure) != 0); }
 
   // Purges what the policy says has decayed by `now`.  Returns bytes purged.
   size_t decay_pass(uint64_t now);
   // Purges every free byte: LAZY with MADV_FREE (dontneed == false), or
   // CLEAN with MADV_DONTNEED (also turning LAZY memory CLEAN).
   size_t purge_all(bool dontneed);
+  // Purges up to `bytes` (~0: all) with MADV_DONTNEED, oldest RETAINED first,
+  // then LAZY; counts it as pressure relief.  Returns bytes purged.
+  size_t relieve(uint64_t bytes);
+  // One background-thread tick: pressure (psi_fired: the trigger fired),
+  // limits, then decay.
+  void tick(uint64_t now, bool psi_fired);
   // Called (with no lock held) after memory was released to the backend.
-  // Runs eager purges, or inline decay when there is no background thread.
+  // Enforces the soft limit, runs eager purges, or inline decay when there
+  // is no background thread.
   void after_release(uint64_t now, bool background_running);
 
+  // Bytes the allocator holds from the kernel's point of view.
+  uint64_t footprint() const {
+    MemoryState m = backend_->memory_state();
+    return m.active + m.retained + m.lazy;
+  }
+  PressureMonitor& pressure() { return pressure_; }
   bool free_unsupported() const { return free_unsupported_.load(std::memory_order_relaxed); }
 
   void fork_prepare() { lock_.lock(); }
   void fork_parent() { lock_.unlock(); }
-  void fork_child() { lock_.reset(); }
+  void fork_child() {
+    lock_.reset();
+    pressure_.fork_child();
+  }
 
  private:
   // REQUIRES: lock_ held.  Advises every range of the batch, then settles it.
   // Returns false if the kernel refused any range (the batch stays RETAINED).
   bool advise_batch(PurgeBatch* batch, bool dontneed);
+  bool decay_uses_dontneed() const;
 
   Backend* backend_ = nullptr;
   const Platform* platform_ = nullptr;
   Stats* stats_ = nullptr;
   Mutex lock_;  // one purge pass at a time
+  PressureMonitor pressure_;
   std::atomic<bool> free_unsupported_{false};
   std::atomic<uint64_t> last_inline_ns_{0};
 };
 
-// The background purge thread.  start() is called with no allocator lock
-// held; it creates the thread at most once per process (again after fork).
+// The background purge thread.  ensure_started() is called with no allocator
+// lock held; it creates the thread at most once per process (again after
+// fork), with all signals blocked.
 class BackgroundPurger {
  public:
   constexpr BackgroundPurger() = default;
@@ -74,7 +103,6 @@ class BackgroundPurger {
   static void* main(void* self);
   enum : uint32_t { kNone = 0, kStarting = 1, kRunning = 2, kFailed = 3 };
   std::atomic<uint32_t> state_{kNone};
-  std::atomic<uint32_t> wake_{0};
   Purger* purger_ = nullptr;
   const Platform* platform_ = nullptr;
   Stats* stats_ = nullptr;

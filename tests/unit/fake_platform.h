@@ -5,6 +5,8 @@
 
 #include <cerrno>
 #include <cstdint>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "pal/pal.h"
@@ -19,7 +21,7 @@ struct AdviceCall {
 
 class FakePlatform {
  public:
-  FakePlatform() { platform_ = {this, &reserve, &advise, &now}; }
+  FakePlatform() { platform_ = {this, &reserve, &advise, &now, &read_file, &psi_open, &wait}; }
   const Platform* get() const { return &platform_; }
 
   uint64_t now_ns = 1'000'000'000;  // starts at 1 s
@@ -30,6 +32,10 @@ class FakePlatform {
   int fail_dontneed_with = 0;  // errno to return for MADV_DONTNEED
   bool fail_reserve = false;
   size_t reserves = 0;
+  size_t advise_calls = 0;                   // platform calls (one per batch)
+  std::map<std::string, std::string> files;  // canned /proc and cgroup files
+  std::map<std::string, std::string> psi_triggers;  // path -> trigger written
+  bool psi_allowed = false;
 
   size_t advised_bytes(Advice a) const {
     size_t n = 0;
@@ -44,13 +50,33 @@ class FakePlatform {
     self->reserves++;
     return pal::map(size, align);
   }
-  static int advise(void* ctx, void* addr, size_t len, Advice a) {
+  static int advise(void* ctx, const AdviseRange* r, unsigned n, Advice a, unsigned* calls) {
     auto* self = static_cast<FakePlatform*>(ctx);
+    self->advise_calls++;
+    *calls = 1;
     int rc = a == Advice::kFree ? self->fail_free_with : self->fail_dontneed_with;
     if (rc) return rc;
-    self->calls.push_back({reinterpret_cast<uintptr_t>(addr), len, a});
+    for (unsigned i = 0; i < n; ++i) {
+      self->calls.push_back({reinterpret_cast<uintptr_t>(r[i].addr), r[i].len, a});
+    }
     return 0;
   }
+  static long read_file(void* ctx, const char* path, char* buf, size_t len) {
+    auto* self = static_cast<FakePlatform*>(ctx);
+    auto it = self->files.find(path);
+    if (it == self->files.end() || len == 0) return -1;
+    size_t n = it->second.size() < len - 1 ? it->second.size() : len - 1;
+    it->second.copy(buf, n);
+    buf[n] = '\0';
+    return long(n);
+  }
+  static int psi_open(void* ctx, const char* path, const char* trigger) {
+    auto* self = static_cast<FakePlatform*>(ctx);
+    if (!self->psi_allowed || !self->files.count(path)) return -1;
+    self->psi_triggers[path] = trigger;
+    return 42;
+  }
+  static int wait(void*, int, int64_t) { return 0; }
   static uint64_t now(void* ctx) { return static_cast<FakePlatform*>(ctx)->now_ns; }
 
   Platform platform_;

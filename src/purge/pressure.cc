@@ -1,0 +1,227 @@
+#include "purge/pressure.h"
+
+#include "core/format.h"
+
+namespace lazymalloc {
+
+namespace {
+
+bool starts_with(const char* s, const char* prefix) {
+  while (*prefix) {
+    if (*s++ != *prefix++) return false;
+  }
+  return true;
+}
+
+// Copies a line's tail (up to newline) into out.
+void copy_line(const char* from, char* out, size_t len) {
+  size_t i = 0;
+  while (from[i] && from[i] != '\n' && i + 1 < len) {
+    out[i] = from[i];
+    ++i;
+  }
+  out[i] = '\0';
+}
+
+uint64_t parse_u64(const char* s, bool* ok) {
+  while (*s == ' ' || *s == '\t') ++s;
+  if (*s < '0' || *s > '9') {
+    *ok = false;
+    return 0;
+  }
+  uint64_t v = 0;
+  while (*s >= '0' && *s <= '9') v = v * 10 + uint64_t(*s++ - '0');
+  *ok = true;
+  return v;
+}
+
+constexpr uint64_t kFileIntervalNs = 250'000'000;
+
+}  // namespace
+
+int parse_proc_cgroup(const char* text, char* path, size_t len) {
+  int version = 0;
+  for (const char* line = text; line && *line;) {
+    if (starts_with(line, "0::")) {
+      if (version == 0) {
+        copy_line(line + 3, path, len);
+        version = 2;
+      }
+    } else {
+      // "N:controllers:/path" with "memory" among the controllers.
+      const char* c = line;
+      while (*c && *c != ':' && *c != '\n') ++c;
+      if (*c == ':') {
+        const char* ctl = c + 1;
+        const char* end = ctl;
+        while (*end && *end != ':' && *end != '\n') ++end;
+        for (const char* w = ctl; w < end;) {
+          const char* we = w;
+          while (we < end && *we != ',') ++we;
+          if (we - w == 6 && starts_with(w, "memory") && *end == ':') {
+            copy_line(end + 1, path, len);
+            return 1;  // v1 memory controller wins over the v2 line
+          }
+          w = we + 1;
+        }
+      }
+    }
+    const char* nl = line;
+    while (*nl && *nl != '\n') ++nl;
+    line = *nl ? nl + 1 : nullptr;
+  }
+  return version;
+}
+
+uint64_t parse_limit(const char* text) {
+  if (starts_with(text, "max")) return 0;
+  bool ok;
+  uint64_t v = parse_u64(text, &ok);
+  if (!ok || v >= (uint64_t(1) << 60)) return 0;  // v1 "unlimited" is ~2^63
+  return v;
+}
+
+bool parse_meminfo(const char* text, const char* key, uint64_t* bytes) {
+  for (const char* line = text; line && *line;) {
+    if (starts_with(line, key) && line[0] && [&] {
+          size_t n = 0;
+          while (key[n]) ++n;
+          return line[n] == ':';
+        }()) {
+      const char* v = line;
+      while (*v && *v != ':') ++v;
+      bool ok;
+      uint64_t kb = parse_u64(v + 1, &ok);
+      if (!ok) return false;
+      *bytes = kb * 1024;
+      return true;
+    }
+    const char* nl = line;
+    while (*nl && *nl != '\n') ++nl;
+    line = *nl ? nl + 1 : nullptr;
+  }
+  return false;
+}
+
+uint64_t PressureMonitor::read_u64(const char* path, bool* ok) {
+  char buf[64];
+  if (platform_->read_file(platform_->ctx, path, buf, sizeof buf) <= 0) {
+    *ok = false;
+    return 0;
+  }
+  *ok = true;
+  return parse_limit(buf);
+}
+
+void PressureMonitor::read_cgroup_limit() {
+  char path[320];
+  bool ok1 = false, ok2 = false;
+  uint64_t limit = 0;
+  if (cgroup_version_ == 2) {
+    Writer w(path, sizeof path);
+    w.put(cgroup_dir_);
+    w.put("/memory.max");
+    w.finish();
+    uint64_t max = read_u64(path, &ok1);
+    Writer h(path, sizeof path);
+    h.put(cgroup_dir_);
+    h.put("/memory.high");
+    h.finish();
+    uint64_t high = read_u64(path, &ok2);
+    limit = max;
+    if (high && (!limit || high < limit)) limit = high;
+  } else if (cgroup_version_ == 1) {
+    Writer w(path, sizeof path);
+    w.put(cgroup_dir_);
+    w.put("/memory.limit_in_bytes");
+    w.finish();
+    limit = read_u64(path, &ok1);
+  }
+  cgroup_limit_ = limit;
+  stats_->set(Stat::cgroup_limit_bytes, limit);
+}
+
+void PressureMonitor::init(const Platform* platform, Stats* stats, bool watch) {
+  platform_ = platform;
+  stats_ = stats;
+  watch_ = watch;
+  psi_ = -1;
+  cgroup_version_ = 0;
+  cgroup_limit_ = 0;
+  if (!watch) return;
+  char text[1024];
+  char rel[200];
+  if (platform_->read_file(platform_->ctx, "/proc/self/cgroup", text, sizeof text) > 0) {
+    int v = parse_proc_cgroup(text, rel, sizeof rel);
+    if (v) {
+      Writer w(cgroup_dir_, sizeof cgroup_dir_);
+      w.put(v == 2 ? "/sys/fs/cgroup" : "/sys/fs/cgroup/memory");
+      if (!(rel[0] == '/' && rel[1] == '\0')) w.put(rel);
+      w.finish();
+      cgroup_version_ = v;
+      read_cgroup_limit();
+    }
+  }
+  // PSI: the cgroup's own pressure file first (it sees the limit), else the
+  // system's.  Unprivileged triggers need a window of at least 2 s.
+  static const char kTrigger[] = "some 150000 2000000";
+  if (cgroup_version_ == 2) {
+    char path[320];
+    Writer w(path, sizeof path);
+    w.put(cgroup_dir_);
+    w.put("/memory.pressure");
+    w.finish();
+    psi_ = platform_->psi_open(platform_->ctx, path, kTrigger);
+  }
+  if (psi_ < 0) psi_ = platform_->psi_open(platform_->ctx, "/proc/pressure/memory", kTrigger);
+  stats_->set(Stat::pressure_psi_active, psi_ >= 0 ? 1 : 0);
+  meminfo_ = platform_->read_file(platform_->ctx, "/proc/meminfo", text, sizeof text) > 0;
+  stats_->set(Stat::pressure_meminfo_active, meminfo_ ? 1 : 0);
+}
+
+PressureRequest PressureMonitor::check(uint64_t now, bool psi_fired, uint64_t footprint,
+                                       uint64_t soft_limit) {
+  PressureRequest req;
+  auto want = [&](PressureSource src, uint64_t bytes) {
+    if (bytes > req.bytes) req = {src, bytes};
+  };
+  if (soft_limit && footprint > soft_limit) want(PressureSource::kLimit, footprint - soft_limit);
+  if (psi_fired) want(PressureSource::kPsi, ~uint64_t(0));
+  if (watch_ && now - last_files_ns_ >= kFileIntervalNs) {
+    last_files_ns_ = now;
+    if (cgroup_version_) {
+      read_cgroup_limit();
+      if (cgroup_limit_) {
+        char path[320];
+        Writer w(path, sizeof path);
+        w.put(cgroup_dir_);
+        w.put(cgroup_version_ == 2 ? "/memory.current" : "/memory.usage_in_bytes");
+        w.finish();
+        bool ok;
+        uint64_t current = read_u64(path, &ok);
+        if (ok && current > cgroup_limit_ / 10 * 9) {
+          want(PressureSource::kCgroup, current - cgroup_limit_ / 20 * 17);
+        }
+      }
+    }
+    if (meminfo_) {
+      char text[2048];
+      uint64_t total = 0, avail = 0;
+      if (platform_->read_file(platform_->ctx, "/proc/meminfo", text, sizeof text) > 0 &&
+          parse_meminfo(text, "MemTotal", &total) && parse_meminfo(text, "MemAvailable", &avail) &&
+          avail < total / 32) {
+        want(PressureSource::kMeminfo, total / 16 - avail);
+      }
+    }
+  }
+  switch (req.source) {
+    case PressureSource::kPsi: stats_->add(Stat::pressure_events_psi, 1); break;
+    case PressureSource::kCgroup: stats_->add(Stat::pressure_events_cgroup, 1); break;
+    case PressureSource::kMeminfo: stats_->add(Stat::pressure_events_meminfo, 1); break;
+    case PressureSource::kLimit: stats_->add(Stat::pressure_events_limit, 1); break;
+    default: break;
+  }
+  return req;
+}
+
+}  // namespace lazymalloc
