@@ -1,0 +1,126 @@
+// lazybench: allocator workloads and the harness that compares allocators.
+//
+//   lazybench --list                       the workloads (* = headline set)
+//   lazybench run WORKLOAD [options]       one workload, in this process; one JSON line
+//   lazybench compare [WORKLOADS|all] ...  every workload under every allocator
+//   lazybench allocators                   which allocators compare would use
+//
+// See docs/benchmarks.md.
+#include <CLI/CLI.hpp>
+
+#include <iostream>
+
+#include "compare.h"
+#include "harness/args.h"
+#include "run.h"
+
+namespace {
+
+int allocators_command(const std::string& lib) {
+  std::string tried;
+  const std::string lazymalloc = lazybench::find_lazymalloc_library(lib, &tried);
+  const auto dirs = lazybench::peer_library_dirs();
+  for (const auto& name : lazybench::known_allocator_names()) {
+    const auto spec = lazybench::parse_allocator(name, lazymalloc);
+    std::string where;
+    if (name == "glibc") where = "(no preload)";
+    else if (const std::string path = lazybench::resolve_preload(spec->preload, dirs); !path.empty()) where = path;
+    else where = name == "lazymalloc" ? "not found (tried: " + tried + ")" : "not installed (" + spec->preload + ")";
+    for (const auto& [k, v] : spec->env) where += " " + k + "=" + v;
+    std::cout << name << std::string(12 - std::min<std::size_t>(11, name.size()), ' ') << where << '\n';
+  }
+  return 0;
+}
+
+std::string command_line(int argc, char** argv) {
+  std::string out;
+  for (int i = 0; i < argc; ++i) {
+    std::string a = argv[i];
+    if (i == 0) a = "lazybench";
+    if (a.find_first_of(" '\"*$") != std::string::npos) a = "'" + a + "'";
+    out += (i ? " " : "") + a;
+  }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"lazybench: malloc workloads, and a harness that runs them under several allocators (LD_PRELOAD)",
+               "lazybench"};
+  app.footer("Examples:\n  lazybench run ebizzy-2t -S 2\n  lazybench compare --quick\n"
+             "  lazybench compare all --reps 5 --allocators lazymalloc,glibc,jemalloc-bg --out results/all");
+  bool list = false;
+  app.add_flag("--list", list, "List the workloads (* = run by a plain `compare`)");
+
+  auto* run = app.add_subcommand("run", "Run one workload in this process and print one JSON result line");
+  run->prefix_command();   // everything after the workload name belongs to the workload
+  run->set_help_flag();    // so that `run WORKLOAD --help` shows the workload's options
+  std::string workload;
+  run->add_option("workload", workload, "Workload name (see --list)");
+
+  lazybench::CompareOptions copt;
+  std::string timeout_text = "600";
+  auto* compare = app.add_subcommand(
+      "compare", "Run workloads under several allocators, report medians and ratios, write DIR/results.{md,csv} and plots");
+  compare->add_option("workloads", copt.workloads,
+                      "Workloads to run (default: the headline set ebizzy-1t ebizzy-2t phases malloc-large; "
+                      "'all': every workload)");
+  compare->add_option("--reps", copt.reps, "Repetitions per workload and allocator")->capture_default_str();
+  compare->add_option("--allocators", copt.allocators,
+                      "Comma list of allocators: lazymalloc, glibc, jemalloc, jemalloc-bg, tcmalloc, mimalloc, "
+                      "tbbmalloc, or NAME=/path/lib.so (default: lazymalloc,glibc,jemalloc,tcmalloc,mimalloc,tbbmalloc)");
+  compare->add_option("--out", copt.out_dir, "Output directory")->capture_default_str();
+  compare->add_flag("--quick", copt.quick, "Small sizes: every run well under 2 s");
+  compare->add_option("--lib", copt.lib, "liblazymalloc.so to use for 'lazymalloc' (default: $LAZYMALLOC_LIB, the build tree's)");
+  compare
+      ->add_option("--alloc-env", copt.alloc_env,
+                   "ALLOCATOR:VAR=VALUE, extra environment for one allocator's runs (repeatable)")
+      ->allow_extra_args(false);
+  compare->add_option("--args", copt.extra_args, "WORKLOAD=ARGS or all=ARGS, extra workload options (repeatable)")
+      ->allow_extra_args(false);
+  compare->add_option("--timeout", timeout_text, "Kill a run after this long (seconds)")->capture_default_str();
+  bool no_plots = false;
+  compare->add_flag("--no-plots", no_plots, "Do not run gnuplot");
+
+  std::string lib;
+  auto* allocs = app.add_subcommand("allocators", "Show the allocators compare knows and where their libraries are");
+  allocs->add_option("--lib", lib, "liblazymalloc.so to use");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+
+  if (list) {
+    lazybench::list_workloads(std::cout);
+    return 0;
+  }
+  if (*run) {
+    std::vector<std::string> rest = run->remaining();
+    const bool help = std::find(rest.begin(), rest.end(), "--help") != rest.end() ||
+                      std::find(rest.begin(), rest.end(), "-h") != rest.end();
+    if (workload.empty() || workload == "--help" || workload == "-h") {
+      std::cout << "Usage: lazybench run WORKLOAD [--quick] [--seed N] [workload options]\n"
+                   "       lazybench run WORKLOAD --help   (the workload's options)\n\nWorkloads:\n";
+      lazybench::list_workloads(std::cout);
+      return workload.empty() && !help ? 2 : 0;
+    }
+    return lazybench::run_workload_command(workload, rest, std::cout);
+  }
+  if (*compare) {
+    const auto t = lazybench::parse_seconds(timeout_text);
+    if (!t || *t <= 0) {
+      std::cerr << "lazybench compare: bad --timeout '" << timeout_text << "'\n";
+      return 2;
+    }
+    copt.timeout_s = *t;
+    copt.plots = !no_plots;
+    copt.command_line = command_line(argc, argv);
+    return lazybench::compare_command(copt);
+  }
+  if (*allocs) return allocators_command(lib);
+  std::cout << app.help();
+  return 2;
+}

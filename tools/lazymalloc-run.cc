@@ -1,0 +1,170 @@
+// lazymalloc-run: run a program on lazymalloc.
+//
+//   lazymalloc-run [options] [--] PROGRAM [ARGS...]
+//
+// Sets LD_PRELOAD to liblazymalloc.so (prepended to any LD_PRELOAD already
+// set), turns `-o NAME=VALUE` into LAZYMALLOC_NAME=VALUE and `--stats` into
+// LAZYMALLOC_STATS, then execs PROGRAM.  Because the wrapper *replaces*
+// itself with the program (execvp), the program keeps the wrapper's pid,
+// stdin/stdout/stderr and signal disposition, and its exit status -- or the
+// signal that killed it -- is exactly what the caller sees.  The wrapper's
+// own errors: 2 usage, 126 library missing / program not executable, 127
+// program not found.  See docs/benchmarks.md ("lazymalloc-run").
+#include <CLI/CLI.hpp>
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+
+#include "lazymalloc-run-args.h"
+
+namespace {
+
+constexpr const char* kName = "lazymalloc-run";
+
+std::string exe_dir() {
+  char buf[PATH_MAX];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return {};
+  std::string path(buf, static_cast<std::size_t>(n));
+  const auto slash = path.rfind('/');
+  return slash == std::string::npos ? std::string() : path.substr(0, slash);
+}
+
+std::vector<std::pair<std::string, std::string>> default_libraries() {
+  std::vector<std::pair<std::string, std::string>> d;
+#ifdef LAZYMALLOC_DEFAULT_LIB
+  d.emplace_back("build tree", LAZYMALLOC_DEFAULT_LIB);
+#endif
+#ifdef LAZYMALLOC_INSTALLED_LIB
+  d.emplace_back("installed", LAZYMALLOC_INSTALLED_LIB);
+#endif
+  if (const std::string dir = exe_dir(); !dir.empty()) {
+    d.emplace_back("next to lazymalloc-run", dir + "/liblazymalloc.so");
+    d.emplace_back("next to lazymalloc-run", dir + "/../lib/liblazymalloc.so");
+  }
+  return d;
+}
+
+std::string absolute(const std::string& path) {
+  char buf[PATH_MAX];
+  if (::realpath(path.c_str(), buf)) return buf;
+  return path;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  namespace lr = lazymalloc_run;
+  CLI::App app{"Run PROGRAM with lazymalloc preloaded (LD_PRELOAD), passing lazymalloc options as LAZYMALLOC_* "
+               "environment variables.",
+               kName};
+  app.prefix_command();  // the first non-option word is PROGRAM; everything after it is left alone
+  std::string lib;
+  std::vector<std::string> options;
+  std::string stats;
+  bool verbose = false, print_env = false, version = false;
+  app.add_option("--lib", lib,
+                 "liblazymalloc.so to preload (default: $LAZYMALLOC_LIB, else the build tree's library, else the "
+                 "installed one)");
+  app.add_option("-o,--option", options, "NAME=VALUE: set lazymalloc option NAME (LAZYMALLOC_NAME=VALUE); repeatable")
+      ->allow_extra_args(false)
+      ->type_name("NAME=VALUE");
+  app.add_flag("--stats{text}", stats,
+               "Print lazymalloc's statistics to stderr at exit: --stats (text) or --stats=json");
+  app.add_flag("-v,--verbose", verbose, "Print the environment being set to stderr before running PROGRAM");
+  app.add_flag("--print-env", print_env, "Print the variables that would be set, one per line, and exit");
+  app.add_flag("--version", version, "Print the version and exit");
+  app.footer(
+      "Exit status: PROGRAM's own (the wrapper execs it, so a signal that kills PROGRAM kills it as seen by the\n"
+      "caller; a shell reports 128+N). Wrapper errors: 2 usage, 126 library missing or PROGRAM not executable,\n"
+      "127 PROGRAM not found.\n"
+      "Example: lazymalloc-run -o decay_ms=500 --stats=json -- ./server --port 8080");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : lr::kExitUsage;
+  }
+  if (version) {
+    std::cout << kName << " " << LAZYMALLOC_RUN_VERSION << '\n';
+    return 0;
+  }
+
+  std::vector<std::string> program = app.remaining();
+  if (!program.empty() && program.front() == "--") program.erase(program.begin());
+  else if (!program.empty() && program.front().size() > 1 && program.front()[0] == '-') {
+    std::cerr << kName << ": unknown option '" << program.front() << "' (put the program after --)\n";
+    return lr::kExitUsage;
+  }
+  if (program.empty() && !print_env) {
+    std::cerr << kName << ": no program given\n" << "Usage: " << kName << " [OPTIONS] [--] PROGRAM [ARGS...] (see --help)\n";
+    return lr::kExitUsage;
+  }
+
+  // The variables to set, in order.
+  std::vector<std::pair<std::string, std::string>> vars;
+  for (const auto& o : options) {
+    const auto parsed = lr::parse_option(o);
+    if (!parsed) {
+      std::cerr << kName << ": bad option '" << o << "': expected NAME=VALUE with NAME made of letters, digits, _ or -\n";
+      return lr::kExitUsage;
+    }
+    vars.push_back(*parsed);
+  }
+  if (!stats.empty()) {
+    const auto value = lr::stats_env_value(stats);
+    if (!value) {
+      std::cerr << kName << ": bad --stats value '" << stats << "': use --stats, --stats=text or --stats=json\n";
+      return lr::kExitUsage;
+    }
+    vars.emplace_back("LAZYMALLOC_STATS", *value);
+  }
+
+  const auto choice = lr::choose_library(lib, std::getenv("LAZYMALLOC_LIB"), default_libraries(),
+                                         [](const std::string& p) { return ::access(p.c_str(), R_OK) == 0; });
+  if (choice.path.empty()) {
+    std::cerr << kName << ": cannot find liblazymalloc.so (tried:";
+    for (const auto& t : choice.tried) std::cerr << ' ' << t;
+    std::cerr << "); build it, or pass --lib PATH or set LAZYMALLOC_LIB\n";
+    return lr::kExitNoLibrary;
+  }
+  if (!lr::looks_like_elf(choice.path)) {
+    std::cerr << kName << ": " << choice.path << " (from " << choice.source << ") is not a shared library\n";
+    return lr::kExitNoLibrary;
+  }
+  const char* existing = std::getenv("LD_PRELOAD");
+  vars.insert(vars.begin(), {"LD_PRELOAD", lr::compose_preload(absolute(choice.path), existing ? existing : "")});
+
+  if (print_env || verbose) {
+    std::ostream& out = print_env ? std::cout : std::cerr;
+    for (const auto& [k, v] : vars) out << (print_env ? "" : "lazymalloc-run: ") << k << '=' << v << '\n';
+    out.flush();
+    if (print_env) return 0;
+  }
+  for (const auto& [k, v] : vars) {
+    if (::setenv(k.c_str(), v.c_str(), 1) != 0) {
+      std::cerr << kName << ": setenv " << k << ": " << std::strerror(errno) << '\n';
+      return lr::kExitUsage;
+    }
+  }
+  std::vector<char*> cargv;
+  for (auto& a : program) cargv.push_back(a.data());
+  cargv.push_back(nullptr);
+  std::cout.flush();
+  ::execvp(cargv[0], cargv.data());
+  const int err = errno;
+  if (err == ENOENT || err == ENOTDIR) {
+    if (program[0].find('/') == std::string::npos)
+      std::cerr << kName << ": " << program[0] << ": command not found\n";
+    else
+      std::cerr << kName << ": " << program[0] << ": " << std::strerror(err) << '\n';
+    return lr::kExitNotFound;
+  }
+  std::cerr << kName << ": cannot execute " << program[0] << ": " << std::strerror(err) << '\n';
+  return lr::kExitCannotExec;
+}
