@@ -366,6 +366,15 @@ Span* Backend::alloc(size_t bytes, size_t align, bool growing) {
   return alloc_slots(taken >> kSlotShift, align);
 }
 
+Span* Backend::alloc_units_span(unsigned units) {
+  uint64_t now = platform_->now_ns(platform_->ctx);
+  LockGuard g(lock_);
+  now_ = now;
+  __atomic_store_n(&last_activity_ns_, now, __ATOMIC_RELAXED);
+  if (units == 0 || units > kUnitsPerSlot || !within_hard_limit(size_t(units) * kUnitSize)) return nullptr;
+  return alloc_units(units, false);
+}
+
 bool Backend::within_hard_limit(size_t more) {
   uint64_t hard = hard_limit();
   if (!hard || stats_->get(Stat::active_bytes) + more <= hard) return true;
@@ -399,7 +408,8 @@ void Backend::release(Span* s) {
     LockGuard g(lock_);
     now_ = now;
     __atomic_store_n(&last_activity_ns_, now, __ATOMIC_RELAXED);
-    if (s->kind == SpanKind::kHuge) {
+    // nslots tells slot runs from unit runs (the frontend relabels kinds).
+    if (s->nslots) {
       stats_->sub(Stat::huge_blocks, 1);
       stats_->sub(Stat::huge_bytes, s->bytes);
       release_slots(s->slot, s->nslots, now);
@@ -740,6 +750,51 @@ void Backend::purge_finish(PurgeBatch* b, bool made_clean, bool failed) {
 uint64_t Backend::oldest_retained_ns() {
   LockGuard g(lock_);
   return dirty_head_ ? dirty_head_->free_ns : 0;
+}
+
+const char* Backend::check_invariants() {
+  LockGuard g(lock_);
+  size_t dirty = 0;
+  for (SlotMeta* m = dirty_head_; m; m = m->dirty_next) {
+    if (!m->in_dirty) return "slot on the dirty list without in_dirty";
+    if (!m->retained) return "slot on the dirty list without retained units";
+    if (++dirty > (size_t(1) << 30)) return "cycle in the dirty list";
+  }
+  size_t flagged = 0;
+  for (Arena* a = arenas_; a; a = a->next) {
+    for (size_t i = 0; i < a->nslots; ++i) {
+      SlotMeta* m = &a->slots[i];
+      flagged += m->in_dirty;
+      if (m->retained & m->lazy) return "unit both retained and lazy";
+      if (bool(m->retained) && !m->in_dirty) return "retained units but not on the dirty list";
+      switch (m->kind) {
+        case SlotKind::kFree:
+          if (m->used) return "free slot with used units";
+          for (Span* sp : m->unit_span) {
+            if (sp) return "free slot still maps a span";
+          }
+          break;
+        case SlotKind::kHuge:
+          if (m->retained | m->lazy) return "huge slot with free units";
+          for (Span* sp : m->unit_span) {
+            if (sp != m->unit_span[0] || !sp) return "huge slot not mapped to one span";
+          }
+          break;
+        case SlotKind::kUnits:
+          if ((m->retained | m->lazy) & m->used) return "used unit with a free state";
+          for (unsigned u = 0; u < kUnitsPerSlot; ++u) {
+            bool mapped = m->unit_span[u] != nullptr;
+            bool used = (m->used & ~m->purging) >> u & 1;
+            if (mapped != used) return "unit map disagrees with the used mask";
+          }
+          break;
+        case SlotKind::kPurging:
+          return "slot left in kPurging";
+      }
+    }
+  }
+  if (flagged != dirty) return "in_dirty flags disagree with the dirty list";
+  return nullptr;
 }
 
 MemoryState Backend::memory_state() const {

@@ -147,6 +147,9 @@ class Backend {
   // (a block moved by realloc) puts a large block at the start of a fresh
   // slot, where it can grow in place and become huge without a copy.
   Span* alloc(size_t bytes, size_t align, bool growing = false);
+  // A run of `units` (1..32) units inside one slot, 64 KiB-aligned, for a
+  // small-object span (the frontend sets its kind and geometry).
+  Span* alloc_units_span(unsigned units);
   // Time of the last allocation or release through the backend.
   uint64_t last_activity_ns() const { return __atomic_load_n(&last_activity_ns_, __ATOMIC_RELAXED); }
   // Hard limit on active bytes (0 = none): alloc() fails beyond it.
@@ -186,6 +189,10 @@ class Backend {
   uint64_t oldest_retained_ns();
 
   MemoryState memory_state() const;
+  // Walks every slot and list and checks the invariants that the rest of the
+  // code relies on; returns a description of the first violation, or nullptr.
+  // For tests (O(address space)).
+  const char* check_invariants();
   Stats* stats() const { return stats_; }
   const Platform* platform() const { return platform_; }
 

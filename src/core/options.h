@@ -48,7 +48,7 @@ enum class OptKind : uint8_t { kBool, kInt, kSize, kMillis, kEnum };
   X(pressure, kBool, 1, 0, 1, nullptr,                                                     \
     "watch memory pressure (PSI trigger, cgroup limits, MemAvailable) from the background " \
     "thread and purge free memory when the machine needs it")                              \
-  X(purge_batch, kSize, 8 << 20, 64 << 10, int64_t(1) << 40, nullptr,                      \
+  X(purge_batch, kSize, 32 << 20, 64 << 10, int64_t(1) << 40, nullptr,                      \
     "largest range given to one madvise call, and most bytes taken per allocator-lock "    \
     "hold by the purger, so concurrent page faults and allocations are not starved")       \
   X(background, kBool, 1, 0, 1, nullptr,                                                   \

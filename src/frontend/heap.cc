@@ -32,6 +32,7 @@ struct Global {
   std::atomic<int> init_state{0};  // 0 none, 1 running, 2 done
 };
 constinit Global g;
+int g_stats_fd = 2;
 
 __attribute__((tls_model("initial-exec"))) thread_local Heap* tl_heap = &g_empty_heap;
 __attribute__((tls_model("initial-exec"))) thread_local bool tl_initializing = false;
@@ -205,7 +206,7 @@ void process_delayed(Heap* h) {
 }
 
 Span* span_new(Heap* h, unsigned c) {
-  Span* s = g.backend.alloc(size_t(kClasses.units[c]) * kUnitSize, kUnitSize);
+  Span* s = g.backend.alloc_units_span(kClasses.units[c]);
   if (!s) return nullptr;
   g.stats.add(Stat::small_spans, 1);
   s->kind = SpanKind::kSmall;
@@ -418,7 +419,10 @@ LM_NOINLINE void free_generic(Span* s, void* p) {
         queue_push_front(h->queue[s->cls], s);
         update_direct(h, s->cls);
       }
-      if (s->used == 0 && h->queue[s->cls].head != s) {
+      // An empty span goes back unless it is its class's current span; a
+      // current span of more than one unit goes back too, so a quiet thread
+      // holds at most 64 KiB per class in empty spans.
+      if (s->used == 0 && (h->queue[s->cls].head != s || s->bytes > kUnitSize)) {
         uintptr_t x = s->xfree.load(std::memory_order_acquire);
         if ((x & kXfreeMask) == kXfreeNormal) {
           queue_remove(h->queue[s->cls], s);
@@ -475,6 +479,10 @@ inline size_t usable_of(const Span* s, const void* p) {
 
 // ------------------------------------------------------------ entry points
 
+int lm_stats_fd() { return g_stats_fd; }
+
+const char* lm_check_invariants() { return g.backend.check_invariants(); }
+
 void lm_init() {
   if (LM_LIKELY(g.init_state.load(std::memory_order_acquire) == 2)) return;
   int expected = 0;
@@ -488,6 +496,9 @@ void lm_init() {
   g.purger.init(&g.backend, &pal::linux_platform(), &g.stats);
   g.backend.set_hard_limit(uint64_t(option(Opt::memory_limit_hard)));
   pal::register_thread_exit(heap_thread_exit);
+  // Statistics at exit go to a copy of stderr taken now: programs such as
+  // coreutils close fd 2 in their own exit handlers.
+  if (option(Opt::stats)) g_stats_fd = pal::dup_fd(2);
   g.init_state.store(2, std::memory_order_release);
   // May allocate: only now that malloc works.
   pal::register_fork(fork_prepare, fork_parent, fork_child);
@@ -658,10 +669,10 @@ size_t lm_stats_write(char* buf, size_t len, bool json) {
   return w.finish();
 }
 
-void lm_stats_print(bool json) {
+void lm_stats_print(bool json, int fd) {
   char buf[16384];
   size_t n = lm_stats_write(buf, sizeof buf, json);
-  pal::write_fd(2, buf, n < sizeof buf ? n : sizeof buf - 1);
+  pal::write_fd(fd, buf, n < sizeof buf ? n : sizeof buf - 1);
 }
 
 int lm_stat_get(const char* name, uint64_t* value) {

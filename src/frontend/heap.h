@@ -63,7 +63,9 @@ bool lm_set_limits(uint64_t soft, uint64_t hard);  // false if out of range
 void lm_thread_collect();
 void lm_memory_state(uint64_t out[5]);
 size_t lm_stats_write(char* buf, size_t len, bool json);
-void lm_stats_print(bool json);
+void lm_stats_print(bool json, int fd = 2);
+int lm_stats_fd();
+const char* lm_check_invariants();  // tests: nullptr, or the first broken invariant  // where statistics at exit go (a copy of stderr)
 int lm_stat_get(const char* name, uint64_t* value);
 // Report an invalid pointer passed to `fn` and abort.
 [[noreturn]] void lm_invalid_pointer(const char* fn, const void* p, const char* why);

@@ -116,6 +116,6 @@ namespace {
 // their own; it allocates nothing.
 __attribute__((destructor(101))) void print_stats_at_exit() {
   int64_t mode = option(Opt::stats);
-  if (mode) lm_stats_print(mode == 2);
+  if (mode) lm_stats_print(mode == 2, lm_stats_fd());
 }
 }  // namespace

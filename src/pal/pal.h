@@ -72,6 +72,8 @@ uint64_t now_ns();
 void futex_wait(std::atomic<uint32_t>* word, uint32_t expected, int64_t timeout_ns);
 void futex_wake(std::atomic<uint32_t>* word, int count);
 
+// A close-on-exec duplicate of `fd` numbered 100 or above (fd itself on failure).
+int dup_fd(int fd);
 // Writes the whole buffer to a file descriptor, ignoring errors.
 void write_fd(int fd, const char* buf, size_t len);
 // Writes the message to stderr and aborts the process (SIGABRT).

@@ -178,6 +178,13 @@ void futex_wake(std::atomic<uint32_t>* word, int count) {
   errno = saved;
 }
 
+int dup_fd(int fd) {
+  int saved = errno;
+  int d = fcntl(fd, F_DUPFD_CLOEXEC, 100);
+  errno = saved;
+  return d >= 0 ? d : fd;
+}
+
 void write_fd(int fd, const char* buf, size_t len) {
   int saved = errno;
   while (len) {

@@ -74,6 +74,24 @@ TEST_F(BackendTest, UnitSpansAreAlignedMappedAndFreshMemoryIsZero) {
   EXPECT_EQ(st(Stat::retained_bytes), 4 * kUnitSize);
 }
 
+TEST_F(BackendTest, SmallSpansOfAWholeSlotAreUnitRuns) {
+  // A 256 KiB size class takes a 32-unit span: still a unit run (not a huge
+  // block), released as one.
+  Span* s = backend->alloc_units_span(32);
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->nslots, 0u);
+  EXPECT_EQ(s->nunits, 32u);
+  s->kind = SpanKind::kSmall;  // as the frontend does
+  backend->release(s);
+  EXPECT_EQ(backend->check_invariants(), nullptr);
+  EXPECT_EQ(st(Stat::active_bytes), 0u);
+  EXPECT_EQ(backend->alloc_units_span(33), nullptr);
+  Span* h = backend->alloc(2 * kMiB, 16);
+  h->kind = SpanKind::kSmall;  // relabelled or not, a slot run is released as one
+  backend->release(h);
+  EXPECT_EQ(backend->check_invariants(), nullptr);
+}
+
 TEST_F(BackendTest, ReuseOfRetainedMemoryIsNotZeroAndIsCounted) {
   Span* a = backend->alloc(kUnitSize, 16);
   char* where = a->start;
@@ -337,9 +355,14 @@ TEST_F(BackendTest, StateBytesAlwaysAddUpToReserved) {
   std::vector<Span*> live;
   for (int i = 0; i < 3000; ++i) {
     x = x * 1103515245u + 12345u;
-    if (live.size() < 40 && (x >> 16) % 3 != 0) {
+    unsigned op = (x >> 16) % 8;
+    if (live.size() < 40 && op < 5) {
       size_t size = ((x >> 8) % 2 == 0) ? ((x >> 10) % (1 << 20)) + 1 : ((x >> 10) % (6 << 20)) + 1;
-      if (Span* s = backend->alloc(size, 16)) live.push_back(s);
+      size_t align = (x >> 12) % 7 == 0 ? (size_t(1) << (16 + (x >> 20) % 8)) : 16;
+      if (Span* s = backend->alloc(size, align, (x >> 9) % 4 == 0)) live.push_back(s);
+    } else if (!live.empty() && op == 5) {
+      Span* s = live[(x >> 4) % live.size()];
+      backend->resize(s, ((x >> 10) % (8 << 20)) + 1);
     } else if (!live.empty()) {
       size_t k = (x >> 4) % live.size();
       backend->release(live[k]);
@@ -353,6 +376,8 @@ TEST_F(BackendTest, StateBytesAlwaysAddUpToReserved) {
     if (i % 501 == 0) purger->purge_all(i % 2 == 0);
     MemoryState m = backend->memory_state();
     ASSERT_EQ(m.active + m.retained + m.lazy + m.clean, m.reserved) << "step " << i;
+    const char* broken = backend->check_invariants();
+    ASSERT_EQ(broken, nullptr) << broken << " at step " << i;
   }
   for (Span* s : live) backend->release(s);
 }

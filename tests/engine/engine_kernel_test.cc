@@ -1,0 +1,207 @@
+// The release engine against the real kernel: what /proc/self/smaps_rollup
+// and mincore(2) say after decay, purges, pressure and limits.  The test
+// process runs on lazymalloc (linked), and sets options at run time.
+#include <errno.h>
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "lazymalloc/lazymalloc.h"
+
+namespace {
+
+constexpr size_t kMiB = 1 << 20;
+
+struct Rollup {
+  long rss_kb = 0, lazy_kb = 0;
+  long held_kb() const { return rss_kb - lazy_kb; }
+};
+
+Rollup rollup() {
+  Rollup r;
+  FILE* f = fopen("/proc/self/smaps_rollup", "r");
+  if (!f) return r;
+  char line[256];
+  while (fgets(line, sizeof line, f)) {
+    sscanf(line, "Rss: %ld", &r.rss_kb);
+    sscanf(line, "LazyFree: %ld", &r.lazy_kb);
+  }
+  fclose(f);
+  return r;
+}
+
+// Pages of [p, p+len) resident according to mincore.
+size_t resident_pages(void* p, size_t len) {
+  long page = sysconf(_SC_PAGESIZE);
+  uintptr_t a = reinterpret_cast<uintptr_t>(p) & ~uintptr_t(page - 1);
+  size_t n = (len + page - 1) / page;
+  std::vector<unsigned char> vec(n);
+  if (mincore(reinterpret_cast<void*>(a), n * page, vec.data()) != 0) return SIZE_MAX;
+  size_t r = 0;
+  for (unsigned char v : vec) r += v & 1;
+  return r;
+}
+
+uint64_t stat(const char* name) {
+  uint64_t v = 0;
+  EXPECT_EQ(lazymalloc_stat_get(name, &v), 0) << name;
+  return v;
+}
+
+class Engine : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    lazymalloc_option_set("purge", 0);  // adaptive
+    lazymalloc_option_set("purge_advice", 1);  // MADV_FREE even inside a limited cgroup
+    lazymalloc_option_set("decay_ms", 100);
+    lazymalloc_option_set("partial_decay_ms", 100);
+    lazymalloc_option_set("background_interval_ms", 20);
+    lazymalloc_limit_set(0, 0);
+    lazymalloc_purge(LAZYMALLOC_PURGE_NOW);
+  }
+  // Waits until `pred` holds, up to `ms`.
+  template <typename F>
+  bool eventually(F pred, int ms) {
+    for (int i = 0; i < ms / 10; ++i) {
+      if (pred()) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return pred();
+  }
+};
+
+TEST_F(Engine, IdleMemoryBecomesLazyFreeAndStaysResidentUntilNeeded) {
+  std::vector<char*> blocks;
+  for (int i = 0; i < 16; ++i) {
+    char* p = static_cast<char*>(malloc(4 * kMiB));
+    ASSERT_NE(p, nullptr);
+    memset(p, 0x5a, 4 * kMiB);
+    blocks.push_back(p);
+  }
+  Rollup before = rollup();
+  char* first = blocks[0];
+  for (char* p : blocks) free(p);
+  // Nothing told to the kernel yet: the memory is retained and resident.
+  EXPECT_GE(resident_pages(first, 4 * kMiB), 4 * kMiB / 4096 * 9 / 10);
+  ASSERT_TRUE(eventually([] { return rollup().lazy_kb >= 48 * 1024; }, 3000))
+      << "LazyFree " << rollup().lazy_kb << " kB (Rss before free " << before.rss_kb << " kB)";
+  EXPECT_GE(stat("lazy_bytes"), 48 * kMiB);
+  EXPECT_GE(stat("purge_lazy_bytes"), 48 * kMiB);
+  // MADV_FREE leaves the pages mapped and resident until the kernel needs them.
+  EXPECT_GT(resident_pages(first, 4 * kMiB), 0u);
+  // Purging now (MADV_DONTNEED) takes them out of the process.
+  EXPECT_GE(lazymalloc_purge(LAZYMALLOC_PURGE_NOW), 48 * kMiB);
+  EXPECT_EQ(resident_pages(first, 4 * kMiB), 0u);
+  EXPECT_LT(rollup().lazy_kb, 8 * 1024);
+}
+
+TEST_F(Engine, CallocAfterLazyFreeReuseIsZero) {
+  lazymalloc_option_set("decay_ms", 100000);  // no background purge in the way
+  for (size_t size : {size_t(300 * 1024), size_t(3 * kMiB), size_t(24 * kMiB)}) {
+    char* p = static_cast<char*>(malloc(size));
+    ASSERT_NE(p, nullptr);
+    memset(p, 0xff, size);
+    free(p);
+    lazymalloc_purge(LAZYMALLOC_PURGE_LAZY);  // MADV_FREE: the old bytes may survive
+    char* q = static_cast<char*>(calloc(1, size));
+    ASSERT_NE(q, nullptr);
+    EXPECT_EQ(q, p) << "expected reuse of the lazily freed block";
+    size_t bad = 0;
+    for (size_t i = 0; i < size; ++i) bad += q[i] != 0;
+    EXPECT_EQ(bad, 0u) << size;
+    free(q);
+  }
+  EXPECT_GT(stat("reuse_lazy_bytes"), 0u);
+}
+
+TEST_F(Engine, SoftLimitHoldsUnderChurn) {
+  const uint64_t limit = 48 * kMiB;
+  lazymalloc_option_set("decay_ms", 100000);  // only the limit purges
+  // A pool of 80 MiB free and resident, then the limit: churn must trim it.
+  std::vector<char*> pool;
+  for (int i = 0; i < 20; ++i) {
+    pool.push_back(static_cast<char*>(malloc(4 * kMiB)));
+    memset(pool.back(), 7, 4 * kMiB);
+  }
+  for (char* p : pool) free(p);
+  std::vector<char*> live(8, nullptr);
+  for (auto& p : live) {
+    p = static_cast<char*>(malloc(2 * kMiB));
+    memset(p, 3, 2 * kMiB);
+  }
+  ASSERT_EQ(lazymalloc_option_set("memory_limit", int64_t(limit)), 0);  // no purge yet: set as an option
+  unsigned seed = 12345;
+  uint64_t worst = 0;
+  for (int i = 0; i < 400; ++i) {
+    seed = seed * 1103515245u + 12345u;
+    size_t k = (seed >> 8) % live.size();
+    free(live[k]);
+    size_t size = (1 + (seed >> 16) % 4) * kMiB;  // live set <= 32 MiB
+    live[k] = static_cast<char*>(malloc(size));
+    ASSERT_NE(live[k], nullptr);
+    memset(live[k], int(i), size);
+    lazymalloc_memory_state m;
+    lazymalloc_memory_state_get(&m);
+    uint64_t held = m.active + m.retained + m.lazy;
+    if (held > worst) worst = held;
+  }
+  // Held memory is purged back under the limit at each free; between two
+  // frees it can exceed it by at most the block just allocated.
+  EXPECT_LE(worst, limit + 4 * kMiB + 2 * kMiB);
+  EXPECT_GT(stat("pressure_events_limit"), 0u);
+  EXPECT_LE(rollup().held_kb() * 1024, long(limit + 16 * kMiB));
+  for (char* p : live) free(p);
+  lazymalloc_limit_set(0, 0);
+}
+
+TEST_F(Engine, InjectedPressurePurgesEverythingFree) {
+  lazymalloc_option_set("decay_ms", 100000);
+  std::vector<char*> blocks;
+  for (int i = 0; i < 8; ++i) {
+    blocks.push_back(static_cast<char*>(malloc(4 * kMiB)));
+    memset(blocks.back(), 1, 4 * kMiB);
+  }
+  for (char* p : blocks) free(p);
+  long held_before = rollup().held_kb();
+  uint64_t events = stat("pressure_events_api");
+  EXPECT_GE(lazymalloc_pressure_notify(), 32 * kMiB);
+  EXPECT_EQ(stat("pressure_events_api"), events + 1);
+  EXPECT_LE(rollup().held_kb(), held_before - 28 * 1024);
+  EXPECT_EQ(stat("retained_bytes"), 0u);
+  EXPECT_EQ(stat("lazy_bytes"), 0u);
+}
+
+TEST_F(Engine, HardLimitFailsWithENOMEMAndRecovers) {
+  ASSERT_EQ(lazymalloc_limit_set(0, 64 * kMiB), 0);
+  errno = 0;
+  void* big = malloc(128 * kMiB);
+  EXPECT_EQ(big, nullptr);
+  EXPECT_EQ(errno, ENOMEM);
+  void* ok = malloc(16 * kMiB);
+  EXPECT_NE(ok, nullptr);
+  free(ok);
+  lazymalloc_limit_set(0, 0);
+  big = malloc(128 * kMiB);
+  EXPECT_NE(big, nullptr);
+  free(big);
+}
+
+TEST_F(Engine, EagerPolicyGivesBackAtFree) {
+  lazymalloc_option_set("purge", 2);         // eager
+  lazymalloc_option_set("purge_advice", 2);  // dontneed
+  char* p = static_cast<char*>(malloc(16 * kMiB));
+  memset(p, 1, 16 * kMiB);
+  free(p);
+  EXPECT_EQ(resident_pages(p, 16 * kMiB), 0u);
+  lazymalloc_option_set("purge", 0);
+  lazymalloc_option_set("purge_advice", 0);
+}
+
+}  // namespace

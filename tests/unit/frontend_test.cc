@@ -1,0 +1,93 @@
+// The frontend (thread heaps) over the real backend, driven through the
+// lm_* entry points in this process (whose own malloc stays glibc's), with
+// the backend's invariants checked as it goes.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "core/options.h"
+#include "frontend/heap.h"
+#include "frontend/size_class.h"
+
+namespace lazymalloc {
+namespace {
+
+size_t random_size(uint32_t x) {
+  switch (x % 4) {
+    case 0: return 1 + (x >> 4) % 1024;               // direct classes
+    case 1: return 1024 + (x >> 4) % kMaxSmall;        // every small class, up to 256 KiB
+    case 2: return kMaxSmall + (x >> 4) % kMaxLarge;   // large
+    default: return kMaxLarge + (x >> 4) % (6 << 20);  // huge
+  }
+}
+
+TEST(Frontend, EveryTierWithInlinePurgesKeepsTheBackendConsistent) {
+  option_set(unsigned(Opt::background), 0);
+  option_set(unsigned(Opt::decay_ms), 0);
+  option_set(unsigned(Opt::partial_decay_ms), 0);
+  option_set(unsigned(Opt::background_interval_ms), 1);
+  uint32_t x = 99;
+  std::vector<std::pair<unsigned char*, size_t>> live;
+  for (int i = 0; i < 6000; ++i) {
+    x = x * 1664525u + 1013904223u;
+    if (live.size() < 200 && (x >> 28) < 9) {
+      size_t n = random_size(x);
+      auto* p = static_cast<unsigned char*>(lm_malloc(n));
+      ASSERT_NE(p, nullptr);
+      ASSERT_GE(lm_usable_size(p), n);
+      memset(p, int(n & 0xff), n < 4096 ? n : 4096);
+      live.emplace_back(p, n);
+    } else if (!live.empty()) {
+      size_t k = (x >> 3) % live.size();
+      auto [p, n] = live[k];
+      ASSERT_EQ(p[0], static_cast<unsigned char>(n & 0xff));
+      if ((x >> 7) % 5 == 0) {
+        size_t m = random_size(x >> 5);
+        auto* q = static_cast<unsigned char*>(lm_realloc(p, m));
+        ASSERT_NE(q, nullptr);
+        ASSERT_EQ(q[0], static_cast<unsigned char>(n & 0xff));
+        memset(q, int(m & 0xff), m < 4096 ? m : 4096);
+        live[k] = {q, m};
+      } else {
+        lm_free(p);
+        live[k] = live.back();
+        live.pop_back();
+      }
+    }
+    if (i % 50 == 0) {
+      const char* broken = lm_check_invariants();
+      ASSERT_EQ(broken, nullptr) << broken << " at step " << i;
+    }
+  }
+  for (auto [p, n] : live) lm_free(p);
+  lm_thread_collect();
+  EXPECT_EQ(lm_check_invariants(), nullptr);
+}
+
+TEST(Frontend, CrossThreadFreesAndThreadExitKeepTheBackendConsistent) {
+  std::vector<void*> handoff[2];
+  for (int round = 0; round < 20; ++round) {
+    std::thread t([&, round] {
+      uint32_t x = 7u + unsigned(round);
+      for (int i = 0; i < 500; ++i) {
+        x = x * 1664525u + 1013904223u;
+        void* p = lm_malloc(random_size(x) % (512 << 10) + 1);
+        ASSERT_NE(p, nullptr);
+        handoff[round % 2].push_back(p);
+      }
+    });
+    t.join();  // the heap goes to the pool; the next thread adopts it
+    for (void* p : handoff[(round + 1) % 2]) lm_free(p);  // remote frees
+    handoff[(round + 1) % 2].clear();
+    ASSERT_EQ(lm_check_invariants(), nullptr) << "round " << round;
+  }
+  for (auto& h : handoff) {
+    for (void* p : h) lm_free(p);
+  }
+  EXPECT_EQ(lm_check_invariants(), nullptr);
+}
+
+}  // namespace
+}  // namespace lazymalloc
