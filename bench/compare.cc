@@ -128,7 +128,8 @@ std::vector<std::string> child_environment(const std::string& preload,
 
 std::string expected_detection(const AllocatorSpec& spec) {
   if (!spec.builtin) return {};
-  if (spec.name == "jemalloc-bg") return "jemalloc";
+  if (spec.name.rfind("jemalloc-", 0) == 0) return "jemalloc";
+  if (spec.name.rfind("lazymalloc-", 0) == 0) return "lazymalloc";
   return spec.name;
 }
 

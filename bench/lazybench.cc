@@ -68,8 +68,9 @@ int main(int argc, char** argv) {
                       "'all': every workload)");
   compare->add_option("--reps", copt.reps, "Repetitions per workload and allocator")->capture_default_str();
   compare->add_option("--allocators", copt.allocators,
-                      "Comma list of allocators: lazymalloc, glibc, jemalloc, jemalloc-bg, tcmalloc, mimalloc, "
-                      "tbbmalloc, or NAME=/path/lib.so (default: lazymalloc,glibc,jemalloc,tcmalloc,mimalloc,tbbmalloc)");
+                      "Comma list of allocators: lazymalloc, glibc, jemalloc, jemalloc-bg, jemalloc-free, tcmalloc, mimalloc, "
+                      "tbbmalloc, lazymalloc-decay, lazymalloc-eager, lazymalloc-never (other release policies), "
+                      "or NAME=/path/lib.so (default: lazymalloc,glibc,jemalloc,tcmalloc,mimalloc,tbbmalloc)");
   compare->add_option("--out", copt.out_dir, "Output directory")->capture_default_str();
   compare->add_flag("--quick", copt.quick, "Small sizes: every run well under 2 s");
   compare->add_option("--lib", copt.lib, "liblazymalloc.so to use for 'lazymalloc' (default: $LAZYMALLOC_LIB, the build tree's)");

@@ -121,8 +121,9 @@ const std::vector<std::string>& default_allocator_names() {
 }
 
 const std::vector<std::string>& known_allocator_names() {
-  static const std::vector<std::string> names = {"lazymalloc", "glibc",    "jemalloc", "jemalloc-bg",
-                                                 "tcmalloc",   "mimalloc", "tbbmalloc"};
+  static const std::vector<std::string> names = {
+      "lazymalloc", "glibc",    "jemalloc",  "jemalloc-bg",     "jemalloc-free",    "tcmalloc",
+      "mimalloc",   "tbbmalloc", "lazymalloc-decay", "lazymalloc-eager", "lazymalloc-never"};
   return names;
 }
 
@@ -150,6 +151,15 @@ std::optional<AllocatorSpec> parse_allocator(std::string_view item, const std::s
     // returns memory while idle" configuration.
     spec.preload = "libjemalloc.so.2";
     spec.env.emplace_back("MALLOC_CONF", "background_thread:true");
+  } else if (item == "jemalloc-free") {
+    // jemalloc giving idle memory back with MADV_FREE (its muzzy state):
+    // without dirty_decay_ms it would only ever use MADV_DONTNEED.
+    spec.preload = "libjemalloc.so.2";
+    spec.env.emplace_back("MALLOC_CONF", "background_thread:true,dirty_decay_ms:1,muzzy_decay_ms:10000");
+  } else if (item == "lazymalloc-decay" || item == "lazymalloc-eager" || item == "lazymalloc-never") {
+    // lazymalloc under its other release policies, for side-by-side runs.
+    spec.preload = lazymalloc_lib;
+    spec.env.emplace_back("LAZYMALLOC_PURGE", std::string(item.substr(11)));
   } else if (item == "tcmalloc") {
     spec.preload = "libtcmalloc_minimal.so.4";
   } else if (item == "mimalloc") {
