@@ -3,7 +3,7 @@
 # As root it runs apt-get for whatever is missing; otherwise it only reports.
 # Usage: tools/deps.sh [--with-peers]
 set -euo pipefail
-pkgs=(cmake g++ make libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev python3 time procps)
+pkgs=(cmake g++ make libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev python3 time procps git sqlite3 gawk)
 if [[ "${1:-}" == "--with-peers" ]]; then
   pkgs+=(libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0 libtbbmalloc2 gnuplot-nox linux-perf strace)
 fi

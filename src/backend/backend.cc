@@ -204,6 +204,7 @@ void Backend::dirty_touch(SlotMeta* m, uint64_t now) {
   dirty_remove(m);
   m->free_ns = now;
   m->suppressed = false;
+  if (!m->retained) return;  // the dirty list holds only slots with RETAINED units
   m->dirty_prev = dirty_tail_;
   m->dirty_next = nullptr;
   if (dirty_tail_) dirty_tail_->dirty_next = m; else dirty_head_ = m;

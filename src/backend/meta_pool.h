@@ -25,7 +25,7 @@ class MetaPool {
       memset(static_cast<void*>(n), 0, sizeof(T));
       return reinterpret_cast<T*>(n);
     }
-    if (bump_ + kRecord > end_) {
+    if (size_t(end_ - bump_) < kRecord) {
       void* chunk = pal::map(kChunk, 4096);
       if (!chunk) {
         if (stats) stats->add(Stat::mmap_failures, 1);

@@ -75,7 +75,8 @@ size_t Purger::decay_pass(uint64_t now) {
     if (batch.nitems == 0) break;
     size_t bytes = batch.bytes;
     // A refused batch is back on the dirty list: retry on the next pass.
-    if (!advise_batch(&batch, dontneed)) break;
+    // An empty one means nothing more can be taken now.
+    if (!advise_batch(&batch, dontneed) || bytes == 0) break;
     total += bytes;
   }
   return total;
@@ -117,7 +118,7 @@ size_t Purger::relieve(uint64_t bytes) {
     backend_->purge_collect(sel, &batch);
     if (batch.nitems == 0) break;
     size_t got = batch.bytes;
-    if (!advise_batch(&batch, true)) break;
+    if (!advise_batch(&batch, true) || got == 0) break;
     total += got;
   }
   // ...then LAZY memory, which the kernel could take but has not.
