@@ -49,19 +49,7 @@ cmake --build "$build" -j2 --target lazymalloc >/dev/null
 lib=$(cd "$(dirname "$lib")" && pwd)/$(basename "$lib")
 
 # ---- CPython's test suite ----
-installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
-missing=()
-for p in python3.11 libpython3.11-testsuite; do installed "$p" || missing+=("$p"); done
-if ((${#missing[@]})); then
-  if [[ $(id -u) -ne 0 ]]; then
-    echo "run-suites: missing packages (install as root): ${missing[*]}" >&2
-    exit 2
-  fi
-  echo "run-suites: installing ${missing[*]}" >&2
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+tools/deps.sh --require python3.11 libpython3.11-testsuite || exit 2
 [[ -x $py ]] || { echo "run-suites: $py missing" >&2; exit 2; }
 
 mkdir -p "$out"

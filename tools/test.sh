@@ -27,8 +27,14 @@ if ((sanitizers)); then
     cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLAZYMALLOC_SANITIZE=$san \
       -DLAZYMALLOC_BUILD_BENCH=OFF -DLAZYMALLOC_BUILD_TOOLS=OFF -DLAZYMALLOC_BUILD_EXAMPLES=OFF >/dev/null
     cmake --build "$dir" -j"$jobs"
+    # ThreadSanitizer does not support fork() in a multi-threaded process: the
+    # child can deadlock inside the TSan runtime (seen here: children of
+    # Stress.ForkChildCanExitNormally stuck until their 30 s alarm).  The fork
+    # tests run in the plain and UBSan builds.
+    exclude='^$'
+    [[ $san == thread ]] && exclude='Fork'
     TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" UBSAN_OPTIONS="halt_on_error=1 print_stacktrace=1" \
-      ctest --test-dir "$dir" --output-on-failure -j"$jobs" --timeout 900 -R '^(unit|stress)\.'
+      ctest --test-dir "$dir" --output-on-failure -j"$jobs" --timeout 900 -R '^(unit|stress|fuzz)\.' -E "$exclude"
   done
 fi
 echo "all tests passed in $(( $(date +%s) - start )) s"

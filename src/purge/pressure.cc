@@ -137,7 +137,7 @@ void PressureMonitor::read_cgroup_limit() {
     w.finish();
     limit = read_u64(path, &ok1);
   }
-  cgroup_limit_ = limit;
+  cgroup_limit_.store(limit, std::memory_order_relaxed);
   stats_->set(Stat::cgroup_limit_bytes, limit);
 }
 
@@ -147,7 +147,7 @@ void PressureMonitor::init(const Platform* platform, Stats* stats, bool watch) {
   watch_ = watch;
   psi_ = -1;
   cgroup_version_ = 0;
-  cgroup_limit_ = 0;
+  cgroup_limit_.store(0, std::memory_order_relaxed);
   if (!watch) return;
   char text[1024];
   char rel[200];
@@ -191,7 +191,8 @@ PressureRequest PressureMonitor::check(uint64_t now, bool psi_fired, uint64_t fo
     last_files_ns_ = now;
     if (cgroup_version_) {
       read_cgroup_limit();
-      if (cgroup_limit_) {
+      uint64_t limit = cgroup_limit();
+      if (limit) {
         char path[320];
         Writer w(path, sizeof path);
         w.put(cgroup_dir_);
@@ -199,8 +200,8 @@ PressureRequest PressureMonitor::check(uint64_t now, bool psi_fired, uint64_t fo
         w.finish();
         bool ok;
         uint64_t current = read_u64(path, &ok);
-        if (ok && current > cgroup_limit_ / 10 * 9) {
-          want(PressureSource::kCgroup, current - cgroup_limit_ / 20 * 17);
+        if (ok && current > limit / 10 * 9) {
+          want(PressureSource::kCgroup, current - limit / 20 * 17);
         }
       }
     }

@@ -14,6 +14,7 @@
 // The monitor only measures; the Purger turns a request into purges.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 
@@ -44,8 +45,9 @@ class PressureMonitor {
   int psi_handle() const { return psi_; }
   // True when the process lives in a cgroup with a memory limit, where lazily
   // freed pages still count against the limit until reclaimed.
-  bool cgroup_limited() const { return cgroup_limit_ != 0; }
-  uint64_t cgroup_limit() const { return cgroup_limit_; }
+  // (Read by any thread that purges; written by the background thread.)
+  bool cgroup_limited() const { return cgroup_limit() != 0; }
+  uint64_t cgroup_limit() const { return cgroup_limit_.load(std::memory_order_relaxed); }
 
   void fork_child() { psi_ = -1; }  // the trigger belongs to the parent's fd table too, but
                                     // the child's background thread re-inits lazily
@@ -60,7 +62,7 @@ class PressureMonitor {
   int psi_ = -1;
   int cgroup_version_ = 0;  // 0 none, 1, 2
   char cgroup_dir_[256] = {};
-  uint64_t cgroup_limit_ = 0;
+  std::atomic<uint64_t> cgroup_limit_{0};
   bool meminfo_ = false;
   uint64_t last_files_ns_ = 0;
 };

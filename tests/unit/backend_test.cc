@@ -6,52 +6,17 @@
 
 #include "backend/backend.h"
 #include "core/options.h"
-#include "fake_platform.h"
+#include "fixture.h"
 #include "purge/purger.h"
 
 namespace lazymalloc {
 namespace {
 
-using test::FakePlatform;
+using test::kMiB;
 
-constexpr size_t kMiB = 1 << 20;
-
-// Sets options for one test and restores them afterwards.
-class OptionScope {
- public:
-  OptionScope() {
-    for (unsigned i = 0; i < kOptionCount; ++i) saved_[i] = g_option_values[i].load();
-  }
-  ~OptionScope() {
-    for (unsigned i = 0; i < kOptionCount; ++i) g_option_values[i].store(saved_[i]);
-  }
-  void set(Opt o, int64_t v) { ASSERT_TRUE(option_set(unsigned(o), v)); }
-
- private:
-  int64_t saved_[kOptionCount];
-};
-
-class BackendTest : public ::testing::Test {
+class BackendTest : public test::PurgeFixture {
  protected:
-  void SetUp() override {
-    stats = std::make_unique<Stats>();
-    backend = std::make_unique<Backend>();
-    backend->init(fake.get(), stats.get(), 64 * kMiB, false);
-    purger = std::make_unique<Purger>();
-    purger->init(backend.get(), fake.get(), stats.get());
-    opts.set(Opt::decay_ms, 1000);
-    opts.set(Opt::partial_decay_ms, 4000);
-    opts.set(Opt::purge, kPurgeDecay);
-    opts.set(Opt::purge_advice, kAdviceAuto);
-    opts.set(Opt::purge_batch, 8 * kMiB);
-  }
-  uint64_t st(Stat s) const { return stats->get(s); }
-
-  FakePlatform fake;
-  OptionScope opts;
-  std::unique_ptr<Stats> stats;
-  std::unique_ptr<Backend> backend;
-  std::unique_ptr<Purger> purger;
+  BackendTest() : PurgeFixture(kPurgeDecay) {}
 };
 
 TEST_F(BackendTest, UnitSpansAreAlignedMappedAndFreshMemoryIsZero) {
@@ -230,7 +195,7 @@ TEST_F(BackendTest, UnitsInPartlyUsedSlotsWaitForPartialDecay) {
 }
 
 TEST_F(BackendTest, OldestFirstAndBoundedBatches) {
-  opts.set(Opt::purge_batch, 4 * kMiB);
+  set(Opt::purge_batch, 4 * kMiB);
   Span* old_one = backend->alloc(8 * kMiB, 16);
   Span* fence = backend->alloc(2 * kMiB, 16);  // keeps the two runs apart
   Span* young = backend->alloc(8 * kMiB, 16);
@@ -250,8 +215,8 @@ TEST_F(BackendTest, OldestFirstAndBoundedBatches) {
 }
 
 TEST_F(BackendTest, EagerPolicyPurgesOnRelease) {
-  opts.set(Opt::purge, kPurgeEager);
-  opts.set(Opt::purge_advice, kAdviceDontneed);
+  set(Opt::purge, kPurgeEager);
+  set(Opt::purge_advice, kAdviceDontneed);
   Span* s = backend->alloc(3 * kUnitSize, 16);
   backend->release(s);
   purger->after_release(fake.now_ns, false);
@@ -263,7 +228,7 @@ TEST_F(BackendTest, EagerPolicyPurgesOnRelease) {
 }
 
 TEST_F(BackendTest, NeverPolicyKeepsEverythingUntilPurgeAll) {
-  opts.set(Opt::purge, kPurgeNever);
+  set(Opt::purge, kPurgeNever);
   Span* s = backend->alloc(6 * kMiB, 16);
   backend->release(s);
   fake.advance_ms(100000);
@@ -282,7 +247,7 @@ TEST_F(BackendTest, NeverPolicyKeepsEverythingUntilPurgeAll) {
 }
 
 TEST_F(BackendTest, InlineDecayWithoutBackgroundThreadIsRateLimited) {
-  opts.set(Opt::background_interval_ms, 100);
+  set(Opt::background_interval_ms, 100);
   Span* s = backend->alloc(2 * kMiB, 16);
   backend->release(s);
   fake.advance_ms(1500);

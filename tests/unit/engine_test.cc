@@ -6,51 +6,18 @@
 
 #include "backend/backend.h"
 #include "core/options.h"
-#include "fake_platform.h"
+#include "fixture.h"
 #include "purge/pressure.h"
 #include "purge/purger.h"
 
 namespace lazymalloc {
 namespace {
 
-using test::FakePlatform;
-constexpr size_t kMiB = 1 << 20;
+using test::kMiB;
 
-class EngineTest : public ::testing::Test {
+class EngineTest : public test::PurgeFixture {
  protected:
-  void SetUp() override {
-    for (unsigned i = 0; i < kOptionCount; ++i) saved[i] = g_option_values[i].load();
-    stats = std::make_unique<Stats>();
-    backend = std::make_unique<Backend>();
-    backend->init(fake.get(), stats.get(), 64 * kMiB, false);
-    purger = std::make_unique<Purger>();
-    purger->init(backend.get(), fake.get(), stats.get());
-    set(Opt::decay_ms, 1000);
-    set(Opt::partial_decay_ms, 4000);
-    set(Opt::purge, kPurgeAdaptive);
-    set(Opt::purge_advice, kAdviceAuto);
-    set(Opt::purge_batch, 8 * kMiB);
-  }
-  void TearDown() override {
-    for (unsigned i = 0; i < kOptionCount; ++i) g_option_values[i].store(saved[i]);
-  }
-  void set(Opt o, int64_t v) { ASSERT_TRUE(option_set(unsigned(o), v)); }
-  uint64_t st(Stat s) const { return stats->get(s); }
-  // Frees a 2 MiB block, lets it decay and purges it; returns its address.
-  char* cycle(uint64_t idle_ms) {
-    Span* s = backend->alloc(2 * kMiB, 16);
-    char* where = s->start;
-    backend->release(s);
-    fake.advance_ms(idle_ms);
-    purger->decay_pass(fake.now_ns);
-    return where;
-  }
-
-  int64_t saved[kOptionCount];
-  FakePlatform fake;
-  std::unique_ptr<Stats> stats;
-  std::unique_ptr<Backend> backend;
-  std::unique_ptr<Purger> purger;
+  EngineTest() : PurgeFixture(kPurgeAdaptive) {}
 };
 
 TEST_F(EngineTest, RefaultsLengthenDecayThenPin) {
