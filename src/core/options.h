@@ -46,7 +46,7 @@ enum class OptKind : uint8_t { kBool, kInt, kSize, kMillis, kEnum };
   X(memory_limit_hard, kSize, 0, 0, int64_t(1) << 50, nullptr,                              \
     "hard limit on bytes in use (0 = none): allocations beyond it fail with ENOMEM")        \
   X(pressure, kBool, 1, 0, 1, nullptr,                                                     \
-    "watch memory pressure (PSI trigger, cgroup limits, MemAvailable) from the background " \
+    "watch memory pressure (PSI stall time, cgroup limits, MemAvailable) from the background " \
     "thread and purge free memory when the machine needs it")                              \
   X(purge_batch, kSize, 32 << 20, 64 << 10, int64_t(1) << 40, nullptr,                      \
     "largest range given to one madvise call, and most bytes taken per allocator-lock "    \

@@ -53,11 +53,11 @@ class Writer;
   X(refault_bytes, counter, "bytes of purged memory reused by those refaults")                    \
   X(purges_suppressed, counter, "idle episodes in which hysteresis kept a slot from being purged") \
   X(limit_failures, counter, "allocations refused by the hard memory limit (ENOMEM)")             \
-  X(pressure_psi_active, gauge, "1 if a PSI trigger (cgroup memory.pressure or "                  \
+  X(pressure_psi_active, gauge, "1 if PSI (the cgroup's memory.pressure or "                      \
                                 "/proc/pressure/memory) is being watched")                        \
   X(pressure_meminfo_active, gauge, "1 if /proc/meminfo MemAvailable is being watched")            \
   X(cgroup_limit_bytes, gauge, "memory limit of the process's cgroup (0: none found)")             \
-  X(pressure_events_psi, counter, "PSI memory-pressure events acted on")                           \
+  X(pressure_events_psi, counter, "PSI checks that found tasks stalled on memory 7.5% of the time") \
   X(pressure_events_cgroup, counter, "times cgroup usage came within 10% of its limit")            \
   X(pressure_events_meminfo, counter, "times MemAvailable fell below 1/32 of MemTotal")            \
   X(pressure_events_limit, counter, "times the soft limit (LAZYMALLOC_MEMORY_LIMIT) was exceeded")  \

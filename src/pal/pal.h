@@ -39,12 +39,8 @@ struct Platform {
   // Whole small file (procfs, cgroupfs) into buf, NUL-terminated; returns
   // its length or -1.
   long (*read_file)(void* ctx, const char* path, char* buf, size_t len);
-  // A PSI trigger ("some <stall us> <window us>") on a pressure file: an
-  // event handle, or -1 if the file or the permission is missing.
-  int (*psi_open)(void* ctx, const char* path, const char* trigger);
-  // Waits up to timeout_ns for the PSI handle (or just sleeps if it is -1).
-  // Returns 1 if the trigger fired, 0 otherwise.
-  int (*wait)(void* ctx, int psi, int64_t timeout_ns);
+  // Sleeps for timeout_ns (the background thread's pace).
+  void (*sleep)(void* ctx, int64_t timeout_ns);
 };
 
 namespace pal {
@@ -61,8 +57,7 @@ int advise(void* addr, size_t size, Advice advice);
 // system calls made.
 int advise_vector(const AdviseRange* ranges, unsigned n, Advice advice, unsigned* syscalls);
 long read_file(const char* path, char* buf, size_t len);
-int psi_open(const char* path, const char* trigger);
-int wait_event(int fd, int64_t timeout_ns);
+void sleep_ns(int64_t ns);
 // MADV_HUGEPAGE / MADV_NOHUGEPAGE on a range; failures are ignored.
 void advise_hugepage(void* addr, size_t size, bool huge);
 uint64_t now_ns();

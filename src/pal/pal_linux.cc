@@ -1,7 +1,6 @@
 // The Linux platform layer.
 #include <errno.h>
 #include <fcntl.h>
-#include <poll.h>
 #include <sys/uio.h>
 #include <linux/futex.h>
 #include <pthread.h>
@@ -116,43 +115,12 @@ long read_file(const char* path, char* buf, size_t len) {
   return long(got);
 }
 
-int psi_open(const char* path, const char* trigger) {
+void sleep_ns(int64_t ns) {
   int saved = errno;
-  int fd = open(path, O_RDWR | O_NONBLOCK | O_CLOEXEC);
-  if (fd >= 0) {
-    size_t n = 0;
-    while (trigger[n]) ++n;
-    if (write(fd, trigger, n + 1) < 0) {
-      close(fd);
-      fd = -1;
-    } else {
-      // Keep low descriptor numbers for the program: some (CPython's
-      // subprocess tests among them) expect to get 3, 4, ... themselves.
-      int high = fcntl(fd, F_DUPFD_CLOEXEC, 100);
-      if (high >= 0) {
-        close(fd);
-        fd = high;
-      }
-    }
+  struct timespec ts = {ns / 1000000000, ns % 1000000000};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
   }
   errno = saved;
-  return fd;
-}
-
-int wait_event(int fd, int64_t timeout_ns) {
-  int saved = errno;
-  int fired = 0;
-  if (fd >= 0) {
-    struct pollfd p = {fd, POLLPRI, 0};
-    int r = poll(&p, 1, int(timeout_ns / 1000000));
-    fired = r > 0 && (p.revents & POLLPRI) ? 1 : 0;
-  } else {
-    struct timespec ts = {timeout_ns / 1000000000, timeout_ns % 1000000000};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
-  }
-  errno = saved;
-  return fired;
 }
 
 void advise_hugepage(void* addr, size_t size, bool huge) {
@@ -261,10 +229,8 @@ int linux_advise(void*, const AdviseRange* r, unsigned n, Advice a, unsigned* ca
 }
 uint64_t linux_now(void*) { return now_ns(); }
 long linux_read_file(void*, const char* path, char* buf, size_t len) { return read_file(path, buf, len); }
-int linux_psi_open(void*, const char* path, const char* trigger) { return psi_open(path, trigger); }
-int linux_wait(void*, int fd, int64_t timeout_ns) { return wait_event(fd, timeout_ns); }
-constexpr Platform kLinux = {nullptr, linux_reserve, linux_advise, linux_now,
-                             linux_read_file, linux_psi_open, linux_wait};
+void linux_sleep(void*, int64_t ns) { sleep_ns(ns); }
+constexpr Platform kLinux = {nullptr, linux_reserve, linux_advise, linux_now, linux_read_file, linux_sleep};
 }  // namespace
 
 const Platform& linux_platform() { return kLinux; }

@@ -81,6 +81,47 @@ uint64_t parse_limit(const char* text) {
   return v;
 }
 
+bool parse_psi_some_total(const char* text, uint64_t* total_us) {
+  for (const char* line = text; line && *line;) {
+    if (starts_with(line, "some ")) {
+      for (const char* c = line; *c && *c != '\n'; ++c) {
+        if (starts_with(c, "total=")) {
+          bool ok;
+          *total_us = parse_u64(c + 6, &ok);
+          return ok;
+        }
+      }
+      return false;
+    }
+    const char* nl = line;
+    while (*nl && *nl != '\n') ++nl;
+    line = *nl ? nl + 1 : nullptr;
+  }
+  return false;
+}
+
+bool parse_status_live_threads(const char* text, uint64_t* live) {
+  bool zombie_leader = false, found = false;
+  uint64_t threads = 0;
+  for (const char* line = text; line && *line;) {
+    if (starts_with(line, "State:")) {
+      const char* c = line + 6;
+      while (*c == ' ' || *c == '\t') ++c;
+      zombie_leader = *c == 'Z';
+    } else if (starts_with(line, "Threads:")) {
+      threads = parse_u64(line + 8, &found);
+    }
+    const char* nl = line;
+    while (*nl && *nl != '\n') ++nl;
+    line = *nl ? nl + 1 : nullptr;
+  }
+  if (!found) return false;
+  // A leader that ended with pthread_exit() stays a zombie, still counted,
+  // until the whole process ends.
+  *live = zombie_leader && threads ? threads - 1 : threads;
+  return true;
+}
+
 bool parse_meminfo(const char* text, const char* key, uint64_t* bytes) {
   for (const char* line = text; line && *line;) {
     if (starts_with(line, key) && line[0] && [&] {
@@ -141,11 +182,31 @@ void PressureMonitor::read_cgroup_limit() {
   stats_->set(Stat::cgroup_limit_bytes, limit);
 }
 
+bool PressureMonitor::read_psi(uint64_t now) {
+  char text[256];
+  uint64_t total = 0;
+  if (platform_->read_file(platform_->ctx, psi_path_, text, sizeof text) <= 0 ||
+      !parse_psi_some_total(text, &total)) {
+    return false;
+  }
+  bool stalled = false;
+  if (psi_ns_ && now > psi_ns_ && total >= psi_total_us_) {
+    // Stall time over elapsed time, in per mille: 75 = 7.5% (the 150 ms in
+    // 2 s of the usual PSI trigger).
+    stalled = (total - psi_total_us_) * 1000 * 1000 >= (now - psi_ns_) * 75;
+  }
+  psi_total_us_ = total;
+  psi_ns_ = now;
+  psi_stalled_ = stalled;
+  return true;
+}
+
 void PressureMonitor::init(const Platform* platform, Stats* stats, bool watch) {
   platform_ = platform;
   stats_ = stats;
   watch_ = watch;
-  psi_ = -1;
+  psi_ns_ = 0;
+  uint64_t now_ns = platform_->now_ns(platform_->ctx);
   cgroup_version_ = 0;
   cgroup_limit_.store(0, std::memory_order_relaxed);
   if (!watch) return;
@@ -163,32 +224,35 @@ void PressureMonitor::init(const Platform* platform, Stats* stats, bool watch) {
     }
   }
   // PSI: the cgroup's own pressure file first (it sees the limit), else the
-  // system's.  Unprivileged triggers need a window of at least 2 s.
-  static const char kTrigger[] = "some 150000 2000000";
+  // system's.
+  psi_path_[0] = '\0';
   if (cgroup_version_ == 2) {
-    char path[320];
-    Writer w(path, sizeof path);
+    Writer w(psi_path_, sizeof psi_path_);
     w.put(cgroup_dir_);
     w.put("/memory.pressure");
     w.finish();
-    psi_ = platform_->psi_open(platform_->ctx, path, kTrigger);
+    if (!read_psi(now_ns)) psi_path_[0] = '\0';
   }
-  if (psi_ < 0) psi_ = platform_->psi_open(platform_->ctx, "/proc/pressure/memory", kTrigger);
-  stats_->set(Stat::pressure_psi_active, psi_ >= 0 ? 1 : 0);
+  if (!psi_path_[0]) {
+    Writer w(psi_path_, sizeof psi_path_);
+    w.put("/proc/pressure/memory");
+    w.finish();
+    if (!read_psi(now_ns)) psi_path_[0] = '\0';
+  }
+  stats_->set(Stat::pressure_psi_active, psi_path_[0] ? 1 : 0);
   meminfo_ = platform_->read_file(platform_->ctx, "/proc/meminfo", text, sizeof text) > 0;
   stats_->set(Stat::pressure_meminfo_active, meminfo_ ? 1 : 0);
 }
 
-PressureRequest PressureMonitor::check(uint64_t now, bool psi_fired, uint64_t footprint,
-                                       uint64_t soft_limit) {
+PressureRequest PressureMonitor::check(uint64_t now, uint64_t footprint, uint64_t soft_limit) {
   PressureRequest req;
   auto want = [&](PressureSource src, uint64_t bytes) {
     if (bytes > req.bytes) req = {src, bytes};
   };
   if (soft_limit && footprint > soft_limit) want(PressureSource::kLimit, footprint - soft_limit);
-  if (psi_fired) want(PressureSource::kPsi, ~uint64_t(0));
   if (watch_ && now - last_files_ns_ >= kFileIntervalNs) {
     last_files_ns_ = now;
+    if (psi_path_[0] && read_psi(now) && psi_stalled_) want(PressureSource::kPsi, ~uint64_t(0));
     if (cgroup_version_) {
       read_cgroup_limit();
       uint64_t limit = cgroup_limit();

@@ -2,9 +2,12 @@
 //
 // Sources, each optional and each degrading to "absent" when its file or
 // permission is missing (the statistics say which are active):
-//   psi      a PSI trigger on the process's cgroup v2 memory.pressure, else on
-//            /proc/pressure/memory: "some 150ms stalled in a 2 s window"; the
-//            background thread polls it, so an event wakes it at once.
+//   psi      the process's cgroup v2 memory.pressure, else /proc/pressure/memory:
+//            tasks stalled on memory ("some") for 7.5% or more of the time since
+//            the last look (the "total" stall counter), read every 250 ms.  No
+//            descriptor stays open: a PSI trigger would need one for good, and
+//            programs that list or close their descriptors (daemons, CPython's
+//            subprocess tests) would find it.
 //   cgroup   v2 memory.max / memory.high / memory.current, or v1
 //            memory.limit_in_bytes / memory.usage_in_bytes: usage above 90%
 //            of the limit asks for usage down to 85%.
@@ -37,29 +40,31 @@ class PressureMonitor {
   // Finds the sources.  Reads /proc/self/cgroup and the cgroup files.
   void init(const Platform* platform, Stats* stats, bool watch);
 
-  // What should be released now, given that the PSI handle fired (or not)
-  // and that the allocator holds `footprint` bytes (active+retained+lazy).
-  // Reads the cgroup and meminfo files at most every 250 ms.
-  PressureRequest check(uint64_t now_ns, bool psi_fired, uint64_t footprint, uint64_t soft_limit);
-
-  int psi_handle() const { return psi_; }
+  // What should be released now, given that the allocator holds `footprint`
+  // bytes (active+retained+lazy).  Reads the PSI, cgroup and meminfo files
+  // at most every 250 ms.
+  PressureRequest check(uint64_t now_ns, uint64_t footprint, uint64_t soft_limit);
   // True when the process lives in a cgroup with a memory limit, where lazily
   // freed pages still count against the limit until reclaimed.
   // (Read by any thread that purges; written by the background thread.)
   bool cgroup_limited() const { return cgroup_limit() != 0; }
   uint64_t cgroup_limit() const { return cgroup_limit_.load(std::memory_order_relaxed); }
 
-  void fork_child() { psi_ = -1; }  // the trigger belongs to the parent's fd table too, but
-                                    // the child's background thread re-inits lazily
 
  private:
   uint64_t read_u64(const char* path, bool* ok);
+  // Reads the PSI file; sets psi_stalled_ from the stall time since the last
+  // read.  false if the file is missing or malformed.
+  bool read_psi(uint64_t now);
   void read_cgroup_limit();
 
   const Platform* platform_ = nullptr;
   Stats* stats_ = nullptr;
   bool watch_ = false;
-  int psi_ = -1;
+  char psi_path_[320] = {};   // empty: no PSI source
+  uint64_t psi_total_us_ = 0;  // "some ... total=" at the last look
+  uint64_t psi_ns_ = 0;
+  bool psi_stalled_ = false;
   int cgroup_version_ = 0;  // 0 none, 1, 2
   char cgroup_dir_[256] = {};
   std::atomic<uint64_t> cgroup_limit_{0};
@@ -73,6 +78,11 @@ class PressureMonitor {
 int parse_proc_cgroup(const char* text, char* path, size_t len);
 // A cgroup limit file: a number, or "max" (returns 0 = unlimited).
 uint64_t parse_limit(const char* text);
+// The "total=" stall time (us) of the "some" line of a PSI file; false if absent.
+bool parse_psi_some_total(const char* text, uint64_t* total_us);
+// Threads still running, from /proc/self/status ("Threads:", less a leader
+// that is a zombie, "State: Z"); false if absent.
+bool parse_status_live_threads(const char* text, uint64_t* live);
 // "Key:   123 kB" from /proc/meminfo, in bytes; false if absent.
 bool parse_meminfo(const char* text, const char* key, uint64_t* bytes);
 

@@ -138,9 +138,9 @@ size_t Purger::relieve(uint64_t bytes) {
   return size_t(total);
 }
 
-void Purger::tick(uint64_t now, bool psi_fired) {
+void Purger::tick(uint64_t now) {
   uint64_t soft = uint64_t(option(Opt::memory_limit));
-  PressureRequest req = pressure_.check(now, psi_fired, soft ? footprint() : 0, soft);
+  PressureRequest req = pressure_.check(now, soft ? footprint() : 0, soft);
   if (req.bytes) relieve(req.bytes);
   decay_pass(now);
 }
@@ -185,6 +185,13 @@ bool BackgroundPurger::ensure_started(Purger* purger, const Platform* platform, 
   return true;
 }
 
+bool BackgroundPurger::last_thread() const {
+  char text[2048];
+  if (platform_->read_file(platform_->ctx, "/proc/self/status", text, sizeof text) <= 0) return false;
+  uint64_t live = 0;
+  return parse_status_live_threads(text, &live) && live == 1;
+}
+
 void* BackgroundPurger::main(void* arg) {
   auto* self = static_cast<BackgroundPurger*>(arg);
   self->stats_->add(Stat::background_threads, 1);
@@ -192,11 +199,19 @@ void* BackgroundPurger::main(void* arg) {
   for (;;) {
     int64_t interval = option(Opt::background_interval_ms) * int64_t(kMs);
     const Platform* p = self->platform_;
-    bool fired = p->wait(p->ctx, self->purger_->pressure().psi_handle(), interval) > 0;
+    p->sleep(p->ctx, interval);
     self->stats_->add(Stat::background_wakeups, 1);
-    self->purger_->tick(p->now_ns(p->ctx), fired);
+    // A process whose last thread of its own ended with pthread_exit() ends
+    // when no thread is left: ours must not keep it alive.  Returning here
+    // makes this the last thread to exit, so the process exits with status 0
+    // as POSIX prescribes.
+    if (self->last_thread()) {
+      self->stats_->sub(Stat::background_threads, 1);
+      self->state_.store(kNone, std::memory_order_release);
+      return nullptr;
+    }
+    self->purger_->tick(p->now_ns(p->ctx));
   }
-  return nullptr;
 }
 
 }  // namespace lazymalloc

@@ -50,9 +50,8 @@ class Purger {
   // Purges up to `bytes` (~0: all) with MADV_DONTNEED, oldest RETAINED first,
   // then LAZY; counts it as pressure relief.  Returns bytes purged.
   size_t relieve(uint64_t bytes);
-  // One background-thread tick: pressure (psi_fired: the trigger fired),
-  // limits, then decay.
-  void tick(uint64_t now, bool psi_fired);
+  // One background-thread tick: pressure, limits, then decay.
+  void tick(uint64_t now);
   // Called (with no lock held) after memory was released to the backend.
   // Enforces the soft limit, runs eager purges, or inline decay when there
   // is no background thread.
@@ -68,10 +67,7 @@ class Purger {
 
   void fork_prepare() { lock_.lock(); }
   void fork_parent() { lock_.unlock(); }
-  void fork_child() {
-    lock_.reset();
-    pressure_.fork_child();
-  }
+  void fork_child() { lock_.reset(); }
 
  private:
   // REQUIRES: lock_ held.  Advises every range of the batch, then settles it.
@@ -101,6 +97,7 @@ class BackgroundPurger {
 
  private:
   static void* main(void* self);
+  bool last_thread() const;  // true if this is the process's only thread
   enum : uint32_t { kNone = 0, kStarting = 1, kRunning = 2, kFailed = 3 };
   std::atomic<uint32_t> state_{kNone};
   Purger* purger_ = nullptr;

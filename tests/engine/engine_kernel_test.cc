@@ -4,6 +4,8 @@
 #include <errno.h>
 #include <gtest/gtest.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -202,6 +204,41 @@ TEST_F(Engine, EagerPolicyGivesBackAtFree) {
   EXPECT_EQ(resident_pages(p, 16 * kMiB), 0u);
   lazymalloc_option_set("purge", 0);
   lazymalloc_option_set("purge_advice", 0);
+}
+
+// A process whose own last thread ends with pthread_exit() must end: the
+// background purge thread may not keep it alive (CPython's test_threading
+// does this in a forked child).
+TEST_F(Engine, ProcessEndsWhenItsLastThreadExits) {
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    void* p = malloc(8 * kMiB);  // a release to the backend starts the thread
+    memset(p, 1, 8 * kMiB);
+    free(p);
+    uint64_t threads = 0;
+    for (int i = 0; i < 200 && threads != 1; ++i) {
+      usleep(10000);
+      lazymalloc_stat_get("background_threads", &threads);
+    }
+    if (threads != 1) _exit(3);
+    // The thread ends, the process goes on (pthread_exit would unwind through
+    // gtest's frames, which catch the forced unwind).
+    syscall(SYS_exit, 0);
+  }
+  int status = 0;
+  pid_t got = 0;
+  for (int i = 0; i < 500 && got == 0; ++i) {
+    got = waitpid(pid, &status, WNOHANG);
+    if (got == 0) usleep(10000);
+  }
+  if (got == 0) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    FAIL() << "the child was still alive 5 s after its last thread exited";
+  }
+  ASSERT_TRUE(WIFEXITED(status)) << status;
+  EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
 }  // namespace

@@ -160,17 +160,16 @@ TEST_F(EngineTest, AutoAdviceUsesDontneedInsideALimitedCgroup) {
   fake.files["/sys/fs/cgroup/app.slice/svc/memory.max"] = "536870912\n";
   fake.files["/sys/fs/cgroup/app.slice/svc/memory.high"] = "max\n";
   fake.files["/sys/fs/cgroup/app.slice/svc/memory.current"] = "100000000\n";
-  fake.files["/sys/fs/cgroup/app.slice/svc/memory.pressure"] = "some avg10=0.00\n";
+  fake.files["/sys/fs/cgroup/app.slice/svc/memory.pressure"] =
+      "some avg10=0.00 avg60=0.00 avg300=0.00 total=1000\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n";
   fake.files["/proc/meminfo"] = "MemTotal: 1000000 kB\nMemFree: 500000 kB\nMemAvailable: 600000 kB\n";
-  fake.psi_allowed = true;
   purger->init_pressure();
   EXPECT_EQ(st(Stat::cgroup_limit_bytes), 536870912u);
   EXPECT_EQ(st(Stat::pressure_psi_active), 1u);
-  EXPECT_EQ(fake.psi_triggers.count("/sys/fs/cgroup/app.slice/svc/memory.pressure"), 1u);
   Span* s = backend->alloc(2 * kMiB, 16);
   backend->release(s);
   fake.advance_ms(1100);
-  purger->tick(fake.now_ns, false);
+  purger->tick(fake.now_ns);
   EXPECT_EQ(fake.advised_bytes(Advice::kDontNeed), 2 * kMiB);
   EXPECT_EQ(fake.advised_bytes(Advice::kFree), 0u);
 }
@@ -186,12 +185,12 @@ TEST_F(EngineTest, PressureSourcesTriggerRelief) {
   Span* a = backend->alloc(6 * kMiB, 16);
   backend->release(a);
   fake.advance_ms(300);
-  purger->tick(fake.now_ns, false);  // nothing wrong yet, nothing decayed
+  purger->tick(fake.now_ns);  // nothing wrong yet, nothing decayed
   EXPECT_TRUE(fake.calls.empty());
   // The cgroup is at 95% of its limit: relief down to 85%.
   fake.files["/sys/fs/cgroup/memory/jobs/7/memory.usage_in_bytes"] = "95000000\n";
   fake.advance_ms(300);
-  purger->tick(fake.now_ns, false);
+  purger->tick(fake.now_ns);
   EXPECT_EQ(st(Stat::pressure_events_cgroup), 1u);
   EXPECT_GE(fake.advised_bytes(Advice::kDontNeed), 6 * kMiB);
   // MemAvailable low.
@@ -200,13 +199,29 @@ TEST_F(EngineTest, PressureSourcesTriggerRelief) {
   fake.files["/sys/fs/cgroup/memory/jobs/7/memory.usage_in_bytes"] = "50000000\n";
   fake.files["/proc/meminfo"] = "MemTotal: 1000000 kB\nMemAvailable: 20000 kB\n";
   fake.advance_ms(300);
-  purger->tick(fake.now_ns, false);
+  purger->tick(fake.now_ns);
   EXPECT_EQ(st(Stat::pressure_events_meminfo), 1u);
   EXPECT_EQ(st(Stat::retained_bytes), 0u);
-  // A PSI event takes everything free.
+  EXPECT_EQ(st(Stat::pressure_events_psi), 0u);
+}
+
+TEST_F(EngineTest, PsiStallTimeTriggersReliefOfEverythingFree) {
+  const char* psi = "/proc/pressure/memory";
+  fake.files[psi] = "some avg10=0.00 avg60=0.00 avg300=0.00 total=5000000\n";
+  purger->init_pressure();
+  EXPECT_EQ(st(Stat::pressure_psi_active), 1u);
   Span* c = backend->alloc(2 * kMiB, 16);
   backend->release(c);
-  purger->tick(fake.now_ns, true);
+  // 300 ms later, 10 ms more of stall (3%): no pressure.
+  fake.advance_ms(300);
+  fake.files[psi] = "some avg10=1.00 avg60=0.00 avg300=0.00 total=5010000\n";
+  purger->tick(fake.now_ns);
+  EXPECT_EQ(st(Stat::pressure_events_psi), 0u);
+  EXPECT_EQ(st(Stat::retained_bytes), 2 * kMiB);
+  // Then 300 ms with 60 ms of stall (20%): everything free goes.
+  fake.advance_ms(300);
+  fake.files[psi] = "some avg10=9.00 avg60=1.00 avg300=0.00 total=5070000\n";
+  purger->tick(fake.now_ns);
   EXPECT_EQ(st(Stat::pressure_events_psi), 1u);
   EXPECT_EQ(st(Stat::retained_bytes) + st(Stat::lazy_bytes), 0u);
 }
@@ -234,6 +249,14 @@ TEST(PressureParsers, ProcCgroupLimitsAndMeminfo) {
   EXPECT_EQ(v, 1024u * 1024);
   EXPECT_FALSE(parse_meminfo("MemTotal:  2048 kB\n", "MemAvailable", &v));
   EXPECT_FALSE(parse_meminfo("MemTotalX: 1 kB\n", "MemTotal", &v));
+  EXPECT_TRUE(parse_psi_some_total("some avg10=0.12 avg60=0.00 avg300=0.00 total=4242\nfull total=1\n", &v));
+  EXPECT_EQ(v, 4242u);
+  EXPECT_FALSE(parse_psi_some_total("full avg10=0.00 total=7\n", &v));
+  EXPECT_TRUE(parse_status_live_threads("Name:\tx\nState:\tS (sleeping)\nThreads:\t3\n", &v));
+  EXPECT_EQ(v, 3u);
+  EXPECT_TRUE(parse_status_live_threads("Name:\tx\nState:\tZ (zombie)\nThreads:\t2\n", &v));
+  EXPECT_EQ(v, 1u);
+  EXPECT_FALSE(parse_status_live_threads("Name:\tx\n", &v));
 }
 
 }  // namespace

@@ -21,7 +21,7 @@ struct AdviceCall {
 
 class FakePlatform {
  public:
-  FakePlatform() { platform_ = {this, &reserve, &advise, &now, &read_file, &psi_open, &wait}; }
+  FakePlatform() { platform_ = {this, &reserve, &advise, &now, &read_file, &sleep}; }
   const Platform* get() const { return &platform_; }
 
   uint64_t now_ns = 1'000'000'000;  // starts at 1 s
@@ -34,9 +34,7 @@ class FakePlatform {
   size_t reserves = 0;
   size_t advise_calls = 0;                   // platform calls (one per batch)
   std::map<std::string, std::string> files;  // canned /proc and cgroup files
-  std::map<std::string, std::string> psi_triggers;  // path -> trigger written
-  bool psi_allowed = false;
-
+  int64_t slept_ns = 0;
   size_t advised_bytes(Advice a) const {
     size_t n = 0;
     for (const auto& c : calls) n += c.advice == a ? c.len : 0;
@@ -70,13 +68,11 @@ class FakePlatform {
     buf[n] = '\0';
     return long(n);
   }
-  static int psi_open(void* ctx, const char* path, const char* trigger) {
+  static void sleep(void* ctx, int64_t ns) {
     auto* self = static_cast<FakePlatform*>(ctx);
-    if (!self->psi_allowed || !self->files.count(path)) return -1;
-    self->psi_triggers[path] = trigger;
-    return 42;
+    self->slept_ns += ns;
+    self->now_ns += uint64_t(ns);
   }
-  static int wait(void*, int, int64_t) { return 0; }
   static uint64_t now(void* ctx) { return static_cast<FakePlatform*>(ctx)->now_ns; }
 
   Platform platform_;
