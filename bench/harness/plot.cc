@@ -40,12 +40,20 @@ double throughput_floor(const std::vector<WorkloadSummary>& summaries) {
   return std::exp2(std::floor(std::log2(lowest)) - 1);
 }
 
-std::string throughput_script(const std::string& data_path, const std::string& svg_path, std::size_t allocators,
-                              double y_floor) {
+namespace {
+// The lines every plot starts with: an SVG terminal, the output and a title.
+std::string svg_header(const std::string& svg_path, const std::string& title) {
   std::string s;
   s += "set terminal svg size 1100,520 dynamic enhanced font 'sans,11' background rgb 'white'\n";
   s += "set output " + gnuplot_quote(svg_path) + "\n";
-  s += "set title 'lazybench: median speed relative to glibc (higher is better)'\n";
+  s += "set title '" + title + "'\n";
+  return s;
+}
+}  // namespace
+
+std::string throughput_script(const std::string& data_path, const std::string& svg_path, std::size_t allocators,
+                              double y_floor) {
+  std::string s = svg_header(svg_path, "lazybench: median speed relative to glibc (higher is better)");
   s += "set datafile separator '\\t'\n";
   s += "set datafile missing '-'\n";
   s += "set style data histograms\n";
@@ -68,10 +76,7 @@ std::string throughput_script(const std::string& data_path, const std::string& s
 
 std::string phases_memory_script(const std::vector<std::pair<std::string, std::string>>& series,
                                  const std::string& svg_path) {
-  std::string s;
-  s += "set terminal svg size 1100,520 dynamic enhanced font 'sans,11' background rgb 'white'\n";
-  s += "set output " + gnuplot_quote(svg_path) + "\n";
-  s += "set title 'phases: memory held over time (solid: Rss - LazyFree; dashed: Rss)'\n";
+  std::string s = svg_header(svg_path, "phases: memory held over time (solid: Rss - LazyFree; dashed: Rss)");
   s += "set xlabel 'seconds'\n";
   s += "set ylabel 'MiB'\n";
   s += "set yrange [0:*]\n";
