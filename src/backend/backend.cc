@@ -360,8 +360,7 @@ Span* Backend::alloc(size_t bytes, size_t align, bool growing) {
   bool units = bytes <= kMaxLarge && align <= kUnitSize;
   size_t taken = units ? align_up(bytes, kUnitSize) : align_up(bytes, kSlotSize);
   LockGuard g(lock_);
-  now_ = now;
-  __atomic_store_n(&last_activity_ns_, now, __ATOMIC_RELAXED);
+  note_activity(now);
   if (!within_hard_limit(taken)) return nullptr;
   if (units) return alloc_units(unsigned(taken >> kUnitShift), growing);
   return alloc_slots(taken >> kSlotShift, align);
@@ -370,10 +369,14 @@ Span* Backend::alloc(size_t bytes, size_t align, bool growing) {
 Span* Backend::alloc_units_span(unsigned units) {
   uint64_t now = platform_->now_ns(platform_->ctx);
   LockGuard g(lock_);
-  now_ = now;
-  __atomic_store_n(&last_activity_ns_, now, __ATOMIC_RELAXED);
+  note_activity(now);
   if (units == 0 || units > kUnitsPerSlot || !within_hard_limit(size_t(units) * kUnitSize)) return nullptr;
   return alloc_units(units, false);
+}
+
+void Backend::note_activity(uint64_t now) {
+  now_ = now;
+  __atomic_store_n(&last_activity_ns_, now, __ATOMIC_RELAXED);
 }
 
 bool Backend::within_hard_limit(size_t more) {
@@ -403,12 +406,11 @@ void Backend::release_slots(SlotMeta* first, size_t n, uint64_t now) {
   insert_free_run(first, n);
 }
 
-void Backend::release(Span* s) {
+uint64_t Backend::release(Span* s) {
   uint64_t now = platform_->now_ns(platform_->ctx);
   {
     LockGuard g(lock_);
-    now_ = now;
-    __atomic_store_n(&last_activity_ns_, now, __ATOMIC_RELAXED);
+    note_activity(now);
     // nslots tells slot runs from unit runs (the frontend relabels kinds).
     if (s->nslots) {
       stats_->sub(Stat::huge_blocks, 1);
@@ -427,6 +429,7 @@ void Backend::release(Span* s) {
     }
   }
   spans_.free(s);
+  return now;
 }
 
 bool Backend::resize(Span* s, size_t bytes) {

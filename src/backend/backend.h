@@ -155,8 +155,9 @@ class Backend {
   // Hard limit on active bytes (0 = none): alloc() fails beyond it.
   void set_hard_limit(uint64_t bytes) { __atomic_store_n(&hard_limit_, bytes, __ATOMIC_RELAXED); }
   uint64_t hard_limit() const { return __atomic_load_n(&hard_limit_, __ATOMIC_RELAXED); }
-  // Gives a span back; its units become RETAINED and young.
-  void release(Span* span);
+  // Gives a span back; its units become RETAINED and young.  Returns the
+  // clock reading it used, for the caller's purge decisions.
+  uint64_t release(Span* span);
   // Grows or shrinks a large span (within its slot, up to kMaxLarge) or a
   // huge span (into the free slots after it) in place to `bytes`; false if
   // it cannot.  Small spans are never resized.
@@ -230,6 +231,7 @@ class Backend {
   Span* alloc_slots(size_t nslots, size_t align);
   void account_take(SlotMeta* m, uint32_t mask);
   bool within_hard_limit(size_t more_active_bytes);
+  void note_activity(uint64_t now);  // sets now_ and last_activity_ns_
   uint64_t slot_decay_ns(const SlotMeta* m, uint64_t base_ns, const PurgeSelect& sel) const;
   void dirty_touch(SlotMeta* m, uint64_t now);
   void dirty_remove(SlotMeta* m);

@@ -176,8 +176,7 @@ void span_collect(Span* s) {
 // Gives a span back, then lets the purger act (limits, eager policy, inline
 // decay) and makes sure the background thread runs.  No lock held.
 void release_to_backend(Span* s) {
-  g.backend.release(s);
-  uint64_t now = g.backend.platform()->now_ns(g.backend.platform()->ctx);
+  uint64_t now = g.backend.release(s);
   g.purger.after_release(now, g.background.ensure_started(&g.purger, g.backend.platform(), &g.stats));
 }
 
