@@ -262,7 +262,7 @@ void Backend::account_take(SlotMeta* m, uint32_t mask) {
   if (!m->retained) dirty_remove(m);
 }
 
-Span* Backend::alloc_units(unsigned n, bool fresh_slot) {
+Span* Backend::alloc_units(unsigned n, bool fresh_slot, bool may_grow) {
   SlotMeta* m = nullptr;
   int idx = -1;
   for (SlotMeta* p = fresh_slot ? nullptr : partial_; p; p = p->part_next) {
@@ -275,7 +275,7 @@ Span* Backend::alloc_units(unsigned n, bool fresh_slot) {
   if (!m) {
     SlotMeta* head = take_free_run(1);
     if (!head) {
-      if (!add_arena(1, kSlotSize)) return nullptr;
+      if (!may_grow || !add_arena(1, kSlotSize)) return nullptr;
       head = take_free_run(1);
       if (!head) return nullptr;
     }
@@ -307,13 +307,13 @@ Span* Backend::alloc_units(unsigned n, bool fresh_slot) {
   return s;
 }
 
-Span* Backend::alloc_slots(size_t nslots, size_t align) {
+Span* Backend::alloc_slots(size_t nslots, size_t align, bool may_grow) {
   size_t extra = align > kSlotSize ? align / kSlotSize - 1 : 0;
   size_t need = nslots + extra;
   if (need < nslots) return nullptr;
   SlotMeta* head = take_free_run(need);
   if (!head) {
-    if (!add_arena(need, align)) return nullptr;
+    if (!may_grow || !add_arena(need, align)) return nullptr;
     head = take_free_run(need);
     if (!head) return nullptr;
   }
@@ -353,7 +353,7 @@ Span* Backend::alloc_slots(size_t nslots, size_t align) {
   return s;
 }
 
-Span* Backend::alloc(size_t bytes, size_t align, bool growing) {
+Span* Backend::alloc(size_t bytes, size_t align, bool growing, bool may_grow) {
   if (bytes == 0) bytes = 1;
   if (bytes > kMaxRequest) return nullptr;
   uint64_t now = platform_->now_ns(platform_->ctx);
@@ -362,8 +362,8 @@ Span* Backend::alloc(size_t bytes, size_t align, bool growing) {
   LockGuard g(lock_);
   note_activity(now);
   if (!within_hard_limit(taken)) return nullptr;
-  if (units) return alloc_units(unsigned(taken >> kUnitShift), growing);
-  return alloc_slots(taken >> kSlotShift, align);
+  if (units) return alloc_units(unsigned(taken >> kUnitShift), growing, may_grow);
+  return alloc_slots(taken >> kSlotShift, align, may_grow);
 }
 
 Span* Backend::alloc_units_span(unsigned units) {
@@ -371,7 +371,7 @@ Span* Backend::alloc_units_span(unsigned units) {
   LockGuard g(lock_);
   note_activity(now);
   if (units == 0 || units > kUnitsPerSlot || !within_hard_limit(size_t(units) * kUnitSize)) return nullptr;
-  return alloc_units(units, false);
+  return alloc_units(units, false, true);
 }
 
 void Backend::note_activity(uint64_t now) {
@@ -393,43 +393,105 @@ void Backend::slot_units_to_free_run(SlotMeta* m, uint64_t) {
   insert_free_run(m, 1);
 }
 
-void Backend::release_slots(SlotMeta* first, size_t n, uint64_t now) {
+void Backend::release_slots(SlotMeta* first, size_t n, uint64_t now, bool clean) {
   for (size_t i = 0; i < n; ++i) {
     SlotMeta* m = first + i;
     for (unsigned u = 0; u < kUnitsPerSlot; ++u) m->unit_span[u] = nullptr;
-    m->retained = kAllUnits;
+    m->retained = clean ? 0 : kAllUnits;
     m->lazy = 0;
     dirty_touch(m, now);
   }
   stats_->sub(Stat::active_bytes, n * kSlotSize);
-  stats_->add(Stat::retained_bytes, n * kSlotSize);
+  stats_->add(clean ? Stat::clean_bytes : Stat::retained_bytes, n * kSlotSize);
   insert_free_run(first, n);
 }
 
-uint64_t Backend::release(Span* s) {
+void Backend::release_huge_stats(const Span* s) {
+  stats_->sub(Stat::huge_blocks, 1);
+  stats_->sub(Stat::huge_bytes, s->bytes);
+}
+
+uint64_t Backend::release(Span* s, bool contents_gone) {
   uint64_t now = platform_->now_ns(platform_->ctx);
   {
     LockGuard g(lock_);
     note_activity(now);
     // nslots tells slot runs from unit runs (the frontend relabels kinds).
     if (s->nslots) {
-      stats_->sub(Stat::huge_blocks, 1);
-      stats_->sub(Stat::huge_bytes, s->bytes);
-      release_slots(s->slot, s->nslots, now);
+      release_huge_stats(s);
+      release_slots(s->slot, s->nslots, now, contents_gone);
     } else {
       SlotMeta* m = s->slot;
       uint32_t mask = bit_range(s->first_unit, s->nunits);
       for (unsigned u = 0; u < s->nunits; ++u) m->unit_span[s->first_unit + u] = nullptr;
       m->used &= ~mask;
-      m->retained |= mask;
+      if (!contents_gone) m->retained |= mask;
       stats_->sub(Stat::active_bytes, units_bytes(mask));
-      stats_->add(Stat::retained_bytes, units_bytes(mask));
+      stats_->add(contents_gone ? Stat::clean_bytes : Stat::retained_bytes, units_bytes(mask));
       dirty_touch(m, now);
       if (m->used == 0) slot_units_to_free_run(m, now); else partial_add(m);
     }
   }
   spans_.free(s);
   return now;
+}
+
+bool Backend::release_huge(Span* s, uint64_t retain_budget, SlotRun* run, uint64_t* now_out) {
+  uint64_t now = platform_->now_ns(platform_->ctx);
+  *now_out = now;
+  bool keep;
+  {
+    LockGuard g(lock_);
+    note_activity(now);
+    SlotMeta* first = s->slot;
+    size_t n = s->nslots;
+    // A pinned range (hysteresis at its cap) is kept unless the budget is 0
+    // (pressure, limits, eager policy).
+    uint8_t shift = first->decay_shift;
+    uint64_t budget = shift >= kMaxDecayShift || retain_budget > (~uint64_t(0) >> shift)
+                          ? ~uint64_t(0) : retain_budget << shift;
+    keep = retain_budget && stats_->get(Stat::retained_bytes) + s->bytes <= budget;
+    release_huge_stats(s);
+    if (keep) {
+      release_slots(first, n, now, false);
+    } else {
+      // Out of circulation until each chunk is settled: kPurging slots are
+      // in no list, so nothing can allocate them.  The units are counted
+      // RETAINED (purge_finish moves them to LAZY or CLEAN) and marked as
+      // being purged from RETAINED (purge_mask 0).
+      for (size_t i = 0; i < n; ++i) {
+        SlotMeta* m = first + i;
+        for (unsigned u = 0; u < kUnitsPerSlot; ++u) m->unit_span[u] = nullptr;
+        m->kind = SlotKind::kPurging;
+        m->retained = 0;
+        m->lazy = 0;
+        m->purging = kAllUnits;
+        m->purge_mask = 0;
+        m->free_ns = now;
+      }
+      purging_slots_ += n;
+      stats_->sub(Stat::active_bytes, s->bytes);
+      stats_->add(Stat::retained_bytes, s->bytes);
+      run->first = first;
+      run->nslots = n;
+    }
+  }
+  spans_.free(s);
+  return keep;
+}
+
+void Backend::run_batch(SlotMeta* first, size_t n, size_t max_range, PurgeBatch* b) {
+  b->nranges = 0;
+  b->nitems = 1;
+  b->items[0] = {first, 0, uint32_t(n)};
+  b->bytes = n * kSlotSize;
+  size_t per = align_up(max_range < kSlotSize ? kSlotSize : max_range, kSlotSize) / kSlotSize;
+  size_t need = (n + per - 1) / per;
+  if (need > PurgeBatch::kMaxRanges) per = (n + PurgeBatch::kMaxRanges - 1) / PurgeBatch::kMaxRanges;
+  for (size_t i = 0; i < n; i += per) {
+    size_t k = n - i < per ? n - i : per;
+    b->ranges[b->nranges++] = {reinterpret_cast<void*>(first[i].base), k * kSlotSize};
+  }
 }
 
 bool Backend::resize(Span* s, size_t bytes) {
@@ -492,7 +554,7 @@ bool Backend::resize(Span* s, size_t bytes) {
   size_t have = s->nslots;
   if (want == have) return true;
   if (want < have) {
-    release_slots(s->slot + want, have - want, now);
+    release_slots(s->slot + want, have - want, now, false);
   } else {
     size_t add = want - have;
     SlotMeta* right = neighbor(s->slot, ptrdiff_t(have));
@@ -609,6 +671,7 @@ SlotMeta* Backend::take_run(SlotMeta* m, const PurgeSelect& sel, PurgeBatch* b, 
   it.slot = first;
   it.mask = 0;
   it.run_len = uint32_t(n);
+  purging_slots_ += n;
   for (SlotMeta* s = first; s <= last; ++s) {
     s->kind = SlotKind::kPurging;
     s->purging = 0;
@@ -745,6 +808,7 @@ void Backend::purge_finish(PurgeBatch* b, bool made_clean, bool failed) {
       s->purging = 0;
       s->purge_mask = 0;
     }
+    purging_slots_ -= it.run_len;
     insert_free_run(it.slot, it.run_len);
   }
   b->nitems = 0;
@@ -765,6 +829,7 @@ const char* Backend::check_invariants() {
     if (++dirty > (size_t(1) << 30)) return "cycle in the dirty list";
   }
   size_t flagged = 0;
+  size_t purging = 0;
   for (Arena* a = arenas_; a; a = a->next) {
     for (size_t i = 0; i < a->nslots; ++i) {
       SlotMeta* m = &a->slots[i];
@@ -793,11 +858,20 @@ const char* Backend::check_invariants() {
           }
           break;
         case SlotKind::kPurging:
-          return "slot left in kPurging";
+          // Only while a purge batch or a huge release holds it.
+          if (m->used || (m->retained & m->purging) || (m->lazy & m->purging)) {
+            return "purging units still counted free or used";
+          }
+          for (Span* sp : m->unit_span) {
+            if (sp) return "purging slot still maps a span";
+          }
+          ++purging;
+          break;
       }
     }
   }
   if (flagged != dirty) return "in_dirty flags disagree with the dirty list";
+  if (purging != purging_slots_) return "slots left in kPurging (no purge or release holds them)";
   return nullptr;
 }
 

@@ -128,6 +128,13 @@ struct PurgeCursor {
   bool started = false;
 };
 
+// A huge block's slots taken out of circulation for the release workers
+// (purge/release.h) by Backend::release_huge().
+struct SlotRun {
+  SlotMeta* first = nullptr;
+  size_t nslots = 0;
+};
+
 struct MemoryState {
   uint64_t reserved, active, retained, lazy, clean;
 };
@@ -146,7 +153,9 @@ class Backend {
   // byte is known to read as zero.  nullptr when out of memory.  `growing`
   // (a block moved by realloc) puts a large block at the start of a fresh
   // slot, where it can grow in place and become huge without a copy.
-  Span* alloc(size_t bytes, size_t align, bool growing = false);
+  // `may_grow` false: fail rather than reserve a new arena (the caller first
+  // waits for address space in release, see purge/release.h).
+  Span* alloc(size_t bytes, size_t align, bool growing = false, bool may_grow = true);
   // A run of `units` (1..32) units inside one slot, 64 KiB-aligned, for a
   // small-object span (the frontend sets its kind and geometry).
   Span* alloc_units_span(unsigned units);
@@ -155,9 +164,23 @@ class Backend {
   // Hard limit on active bytes (0 = none): alloc() fails beyond it.
   void set_hard_limit(uint64_t bytes) { __atomic_store_n(&hard_limit_, bytes, __ATOMIC_RELAXED); }
   uint64_t hard_limit() const { return __atomic_load_n(&hard_limit_, __ATOMIC_RELAXED); }
-  // Gives a span back; its units become RETAINED and young.  Returns the
-  // clock reading it used, for the caller's purge decisions.
-  uint64_t release(Span* span);
+  // Gives a span back; its units become RETAINED and young (CLEAN when
+  // `contents_gone`: the caller moved its pages away, see pal::move_pages).
+  // Returns the clock reading it used, for the caller's purge decisions.
+  uint64_t release(Span* span, bool contents_gone = false);
+  // Gives a huge span back.  It stays RETAINED, like release(), when the
+  // RETAINED bytes then stay within `retain_budget` shifted by its first
+  // slot's hysteresis (a range that came back soon after its last release
+  // earns a larger budget).  Otherwise its slots leave circulation (kPurging,
+  // counted RETAINED until settled) and *run describes them: the caller
+  // advises them chunk by chunk (run_batch) and settles each chunk with
+  // purge_finish, after which the address range is reusable.  Returns true
+  // if the block was kept; *now gets the clock reading.
+  bool release_huge(Span* span, uint64_t retain_budget, SlotRun* run, uint64_t* now);
+  // The purge batch of slots [first, first + n) of a run from release_huge:
+  // one run item, ranges of at most max_range bytes (more when 64 ranges
+  // would not cover the slots).  No state change, no lock.
+  static void run_batch(SlotMeta* first, size_t n, size_t max_range, PurgeBatch* batch);
   // Grows or shrinks a large span (within its slot, up to kMaxLarge) or a
   // huge span (into the free slots after it) in place to `bytes`; false if
   // it cannot.  Small spans are never resized.
@@ -226,9 +249,10 @@ class Backend {
   void carve_run(SlotMeta* head, size_t nslots);  // head is a free run's first slot
   void insert_free_run(SlotMeta* first, size_t nslots);
   void remove_free_run(SlotMeta* head);
-  void release_slots(SlotMeta* first, size_t nslots, uint64_t now);
-  Span* alloc_units(unsigned n, bool fresh_slot);
-  Span* alloc_slots(size_t nslots, size_t align);
+  void release_slots(SlotMeta* first, size_t nslots, uint64_t now, bool clean);
+  void release_huge_stats(const Span* s);
+  Span* alloc_units(unsigned n, bool fresh_slot, bool may_grow);
+  Span* alloc_slots(size_t nslots, size_t align, bool may_grow);
   void account_take(SlotMeta* m, uint32_t mask);
   bool within_hard_limit(size_t more_active_bytes);
   void note_activity(uint64_t now);  // sets now_ and last_activity_ns_
@@ -257,6 +281,7 @@ class Backend {
   uint64_t now_ = 0;                 // REQUIRES lock_: the clock at this operation
   uint64_t last_activity_ns_ = 0;
   uint64_t hard_limit_ = 0;
+  size_t purging_slots_ = 0;         // REQUIRES lock_: slots of kind kPurging
 
   mutable Mutex lock_;
   Arena* arenas_ = nullptr;

@@ -61,7 +61,19 @@ enum class OptKind : uint8_t { kBool, kInt, kSize, kMillis, kEnum };
     "failure, e.g. under RLIMIT_AS")                                                        \
   X(hugepages, kBool, 1, 0, 1, nullptr,                                                    \
     "advise arenas with MADV_HUGEPAGE so that 2 MiB slots are backed by transparent "      \
-    "hugepages where the system allows (THP 'madvise' or 'always')")
+    "hugepages where the system allows (THP 'madvise' or 'always')")                         \
+  X(huge_retain, kSize, 64 << 20, 0, int64_t(1) << 50, nullptr,                            \
+    "a freed huge block (over 1 MiB) stays resident for reuse while the allocator's "      \
+    "RETAINED bytes stay within this budget (doubled for each hysteresis step of its "     \
+    "range: big buffers that keep coming back stay); otherwise release workers give it "   \
+    "back at once.  0 under memory pressure, an exceeded soft limit or purge=eager")       \
+  X(release_workers, kInt, 4, 0, 64, nullptr,                                              \
+    "threads that give freed huge blocks back to the kernel in parallel, in purge_batch "  \
+    "chunks (at most the number of CPUs; started on first need, exit when idle); 0 "       \
+    "releases inside free()")                                                              \
+  X(release_backlog, kSize, int64_t(4) << 30, 0, int64_t(1) << 50, nullptr,                \
+    "bytes of freed huge blocks waiting for release beyond which free() helps the "        \
+    "workers instead of letting the backlog grow")
 
 enum class Opt : unsigned {
 #define LM_OPT_ENUM(name, kind, def, mn, mx, choices, doc) name,

@@ -67,6 +67,25 @@ class Writer;
   X(background_wakeups, counter, "times the background thread woke up")                          \
   X(background_threads, gauge, "background purge threads running")                               \
   X(inline_purges, counter, "decay purges run inline from free() (no background thread)")        \
+  X(huge_kept, counter, "huge blocks freed and kept RETAINED for reuse (within huge_retain)")    \
+  X(huge_released, counter, "huge blocks freed and handed to the release workers at once")       \
+  X(release_inflight_bytes, gauge, "bytes of freed huge blocks queued or being released (their "  \
+                                   "address range is reused only once released)")               \
+  X(release_chunks, counter, "chunks of huge blocks released (purge_batch bytes each)")          \
+  X(release_helped_chunks, counter, "of those, chunks released by an allocating or freeing "     \
+                                    "thread (no workers, backlog over release_backlog, or "      \
+                                    "address space needed now)")                                 \
+  X(release_bytes, counter, "bytes of huge blocks released")                                     \
+  X(release_ns, counter, "nanoseconds from free() to the end of the release, summed over huge " \
+                         "blocks (latency)")                                                     \
+  X(release_busy_ns, counter, "nanoseconds spent advising release chunks, summed over threads "  \
+                              "(release_bytes / release_busy_ns is the throughput per thread)")  \
+  X(release_threads, gauge, "release worker threads running")                                    \
+  X(release_thread_failures, counter, "release workers that could not be started (free() then " \
+                                      "releases inline)")                                        \
+  X(mremap_moves, counter, "realloc of huge blocks that moved the pages with mremap instead of "  \
+                           "copying them")                                                       \
+  X(mremap_bytes, counter, "bytes moved by those")                                               \
   X(heaps, gauge, "thread heaps in existence (owned or pooled)")                                 \
   X(heaps_pooled, gauge, "heaps of exited threads waiting to be adopted")                        \
   X(heap_adoptions, counter, "new threads that adopted a pooled heap")                           \

@@ -10,6 +10,7 @@
 #include "pal/lock.h"
 #include "pal/pal.h"
 #include "purge/purger.h"
+#include "purge/release.h"
 
 namespace lazymalloc {
 
@@ -25,6 +26,7 @@ struct Global {
   Backend backend;
   Purger purger;
   BackgroundPurger background;
+  Releaser releaser;
   MetaPool<Heap> heap_records;
   Mutex heaps_lock;
   Heap* all_heaps = nullptr;
@@ -175,8 +177,21 @@ void span_collect(Span* s) {
 
 // Gives a span back, then lets the purger act (limits, eager policy, inline
 // decay) and makes sure the background thread runs.  No lock held.
-void release_to_backend(Span* s) {
-  uint64_t now = g.backend.release(s);
+void release_to_backend(Span* s, bool contents_gone = false) {
+  uint64_t now;
+  if (s->nslots && !contents_gone) {
+    // A huge block: kept for reuse within the budget, else released at once
+    // by the release workers (purge/release.h).
+    SlotRun run;
+    uint64_t budget = g.purger.huge_retain_budget(g.backend.last_activity_ns());
+    if (g.backend.release_huge(s, budget, &run, &now)) {
+      g.stats.add(Stat::huge_kept, 1);
+    } else {
+      g.releaser.submit(run, g.purger.release_dontneed(now), now);
+    }
+  } else {
+    now = g.backend.release(s, contents_gone);
+  }
   g.purger.after_release(now, g.background.ensure_started(&g.purger, g.backend.platform(), &g.stats));
 }
 
@@ -301,11 +316,13 @@ void fork_prepare() {
   g.purger.fork_prepare();
   g.heaps_lock.lock();
   g.heap_records.lock().lock();
+  g.releaser.fork_prepare();
   g.backend.fork_prepare();
 }
 
 void fork_parent() {
   g.backend.fork_parent();
+  g.releaser.fork_parent();
   g.heap_records.lock().unlock();
   g.heaps_lock.unlock();
   g.purger.fork_parent();
@@ -313,6 +330,7 @@ void fork_parent() {
 
 void fork_child() {
   g.backend.fork_child();
+  g.releaser.fork_child();
   g.heap_records.lock().reset();
   g.heaps_lock.reset();
   g.purger.fork_child();
@@ -357,8 +375,18 @@ Heap* heap_for_thread() {
 
 // ------------------------------------------------------------ large blocks
 
+Span* backend_alloc(size_t size, size_t align, bool growing) {
+  if (LM_UNLIKELY(g.releaser.inflight_bytes() != 0)) {
+    // Address space is on its way back: rather than reserve and fault in
+    // fresh memory, help finish the releases and reuse it.
+    if (Span* s = g.backend.alloc(size, align, growing, false)) return s;
+    g.releaser.help(true);
+  }
+  return g.backend.alloc(size, align, growing);
+}
+
 void* alloc_large(size_t size, size_t align, bool* zero, bool growing = false) {
-  Span* s = g.backend.alloc(size, align, growing);
+  Span* s = backend_alloc(size, align, growing);
   if (!s) {
     pal::set_errno(ENOMEM);
     return nullptr;
@@ -460,6 +488,24 @@ LM_NOINLINE void free_generic(Span* s, void* p) {
   release_to_backend(s);
 }
 
+// realloc of a huge block to a bigger huge block `q`: moves the pages with
+// mremap instead of copying them, and frees the old block, whose range now
+// reads as zero.  false: copy instead.  Each move leaves the moved range as
+// its own kernel mapping (VMA), which never merges back: moves stop after
+// kMaxMremapMoves so that a realloc-heavy process stays far from
+// vm.max_map_count (65530 by default).
+constexpr uint64_t kMaxMremapMoves = 8192;
+bool move_huge(Span* s, void* q) {
+  if (g.stats.get(Stat::mremap_moves) >= kMaxMremapMoves) return false;
+  if (!pal::move_pages(s->start, s->bytes, q, option(Opt::hugepages) != 0)) return false;
+  g.stats.add(Stat::mremap_moves, 1);
+  g.stats.add(Stat::mremap_bytes, s->bytes);
+  Heap* h = tl_heap;
+  if (h != &g_empty_heap) h->stats.inc(HeapStat::large_frees);
+  release_to_backend(s, true);
+  return true;
+}
+
 inline Span* checked_span(const char* fn, const void* p) {
   Span* s = g.backend.span_of(p);
   if (LM_UNLIKELY(!s)) {
@@ -493,6 +539,8 @@ void lm_init() {
   g.backend.init(&pal::linux_platform(), &g.stats, size_t(option(Opt::arena_reserve)),
                  option(Opt::hugepages) != 0);
   g.purger.init(&g.backend, &pal::linux_platform(), &g.stats);
+  g.releaser.init(&g.backend, &g.purger, &pal::linux_platform(), &g.stats, pal::start_thread,
+                  unsigned(pal::cpu_count()));
   g.backend.set_hard_limit(uint64_t(option(Opt::memory_limit_hard)));
   pal::register_thread_exit(heap_thread_exit);
   // Statistics at exit go to a copy of stderr taken now: programs such as
@@ -595,6 +643,7 @@ void* lm_realloc(void* p, size_t size) {
   }
   void* q = size > kMaxSmall ? alloc_large(size, 0, nullptr, true) : lm_malloc(size);
   if (!q) return nullptr;
+  if (s->kind == SpanKind::kHuge && size > old && move_huge(s, q)) return q;
   memcpy(q, p, size < old ? size : old);
   lm_free(p);
   return q;
@@ -608,6 +657,7 @@ void lm_thread_collect() {
 size_t lm_purge(bool now) {
   lm_init();
   lm_thread_collect();
+  g.releaser.help(true);
   return g.purger.purge_all(now);
 }
 

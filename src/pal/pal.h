@@ -61,6 +61,12 @@ void sleep_ns(int64_t ns);
 // MADV_HUGEPAGE / MADV_NOHUGEPAGE on a range; failures are ignored.
 void advise_hugepage(void* addr, size_t size, bool huge);
 uint64_t now_ns();
+// Moves the pages of [from, from + len) to [to, to + len) (both page
+// aligned, inside our own mappings) without copying: mremap(2).  Afterwards
+// `from` is mapped and reads as zero, and `to` holds the old contents.
+// false (both ranges still mapped, contents of `to` undefined) if the
+// kernel refused.  `huge`: re-advise remapped ranges MADV_HUGEPAGE.
+bool move_pages(void* from, size_t len, void* to, bool huge);
 
 // Futex wait/wake on a 32-bit word (process-private).  timeout_ns < 0 waits
 // forever.
@@ -77,6 +83,9 @@ void write_fd(int fd, const char* buf, size_t len);
 int cpu_count();
 // Starts a detached thread with all signals blocked.  false on failure.
 bool start_thread(void* (*fn)(void*), void* arg);
+// Makes the calling thread a batch thread (SCHED_BATCH): for workers that
+// must not preempt the application threads that wake them.
+void set_background_priority();
 // errno access without <cerrno> in every file.
 int get_errno();
 void set_errno(int e);

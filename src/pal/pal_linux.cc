@@ -4,6 +4,7 @@
 #include <sys/uio.h>
 #include <linux/futex.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -129,6 +130,47 @@ void advise_hugepage(void* addr, size_t size, bool huge) {
   errno = saved;
 }
 
+#ifndef MREMAP_DONTUNMAP
+#define MREMAP_DONTUNMAP 4
+#endif
+
+namespace {
+[[noreturn]] void fatal_mapping_lost(void* addr, size_t len) {
+  (void)addr;
+  (void)len;
+  static const char msg[] = "lazymalloc: mremap left a hole in the heap that mmap cannot fill\n";
+  fatal(msg, sizeof msg - 1);
+}
+
+// Maps fresh anonymous memory over [addr, addr + size) (our own reservation).
+bool map_fixed(void* addr, size_t size, bool huge) {
+  void* p = mmap(addr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED,
+                 -1, 0);
+  if (p != addr) return false;
+  if (huge) madvise(addr, size, MADV_HUGEPAGE);
+  return true;
+}
+}  // namespace
+
+bool move_pages(void* from, size_t len, void* to, bool huge) {
+  int saved = errno;
+  // MREMAP_DONTUNMAP (Linux 5.7+) leaves `from` mapped and empty: the page
+  // tables move (a PMD at a time for hugepages), nothing is copied.
+  void* r = mremap(from, len, len, MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP, to);
+  bool ok = r == to;
+  if (!ok) {
+    // The destination may already be unmapped by the failed call: make it
+    // ours again before trying the move that leaves a hole at `from`.
+    if (!map_fixed(to, len, huge)) fatal_mapping_lost(to, len);
+    r = mremap(from, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, to);
+    ok = r == to;
+    if (ok && !map_fixed(from, len, huge)) fatal_mapping_lost(from, len);
+    if (!ok && !map_fixed(to, len, huge)) fatal_mapping_lost(to, len);
+  }
+  errno = saved;
+  return ok;
+}
+
 uint64_t now_ns() {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -179,8 +221,23 @@ void fatal(const char* msg, size_t len) {
 }
 
 int cpu_count() {
+  // The CPUs this process may run on (taskset, cpusets), else those online.
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) {
+    int n = CPU_COUNT(&set);
+    if (n > 0) return n;
+  }
   long n = sysconf(_SC_NPROCESSORS_ONLN);
   return n > 0 ? int(n) : 1;
+}
+
+void set_background_priority() {
+  // SCHED_BATCH: the scheduler does not let this thread preempt the one it
+  // woke up from (free() handing work over returns at once on a busy CPU).
+  struct sched_param sp = {};
+  int saved = errno;
+  sched_setscheduler(0, SCHED_BATCH, &sp);
+  errno = saved;
 }
 
 bool start_thread(void* (*fn)(void*), void* arg) {

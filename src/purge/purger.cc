@@ -10,7 +10,7 @@ namespace {
 constexpr uint64_t kMs = 1000000;
 }
 
-bool Purger::advise_batch(PurgeBatch* b, bool dontneed) {
+int Purger::advise(PurgeBatch* b, bool dontneed, bool* clean_out) {
   bool clean = dontneed || free_unsupported();
   uint64_t t0 = platform_->now_ns(platform_->ctx);
   unsigned calls = 0;
@@ -36,8 +36,33 @@ bool Purger::advise_batch(PurgeBatch* b, bool dontneed) {
   } else {
     stats_->add(clean ? Stat::purge_dontneed_bytes : Stat::purge_lazy_bytes, b->bytes);
   }
+  *clean_out = clean;
+  return rc;
+}
+
+bool Purger::advise_batch(PurgeBatch* b, bool dontneed) {
+  bool clean = false;
+  int rc = advise(b, dontneed, &clean);
   backend_->purge_finish(b, clean, rc != 0);
   return rc == 0;
+}
+
+bool Purger::pressure_recent(uint64_t now) const {
+  uint64_t last = last_pressure_ns_.load(std::memory_order_relaxed);
+  return last && now - last < uint64_t(option(Opt::decay_ms)) * kMs;
+}
+
+uint64_t Purger::huge_retain_budget(uint64_t now) const {
+  int64_t policy = option(Opt::purge);
+  if (policy == kPurgeNever) return ~uint64_t(0);
+  if (policy == kPurgeEager || pressure_recent(now)) return 0;
+  uint64_t soft = uint64_t(option(Opt::memory_limit));
+  if (soft && footprint() > soft) return 0;
+  return uint64_t(option(Opt::huge_retain));
+}
+
+bool Purger::release_dontneed(uint64_t now) const {
+  return decay_uses_dontneed() || pressure_recent(now) || option(Opt::memory_limit) != 0;
 }
 
 bool Purger::decay_uses_dontneed() const {
@@ -135,6 +160,7 @@ size_t Purger::relieve(uint64_t bytes) {
     if (!cursor.arena) break;
   }
   stats_->add(Stat::pressure_purged_bytes, total);
+  last_pressure_ns_.store(sel.now_ns ? sel.now_ns : 1, std::memory_order_relaxed);
   return size_t(total);
 }
 

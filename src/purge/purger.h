@@ -63,6 +63,19 @@ class Purger {
     return m.active + m.retained + m.lazy;
   }
   PressureMonitor& pressure() { return pressure_; }
+
+  // Advises every range of `batch`: MADV_FREE, or MADV_DONTNEED when
+  // `dontneed` or when the kernel refuses MADV_FREE (then for good).  Counts
+  // calls, bytes and time.  Returns 0 or the kernel's errno; *clean tells
+  // which advice took effect.  Does not settle the batch (purge_finish).
+  // Safe from several threads at once.
+  int advise(PurgeBatch* batch, bool dontneed, bool* clean);
+  // How a huge block freed now is treated (Backend::release_huge): the
+  // RETAINED bytes it may stay within (huge_retain; 0 under the eager
+  // policy, recent pressure or an exceeded soft limit; unlimited under
+  // `never`), and whether its release uses MADV_DONTNEED.
+  uint64_t huge_retain_budget(uint64_t now) const;
+  bool release_dontneed(uint64_t now) const;
   bool free_unsupported() const { return free_unsupported_.load(std::memory_order_relaxed); }
 
   void fork_prepare() { lock_.lock(); }
@@ -74,6 +87,7 @@ class Purger {
   // Returns false if the kernel refused any range (the batch stays RETAINED).
   bool advise_batch(PurgeBatch* batch, bool dontneed);
   bool decay_uses_dontneed() const;
+  bool pressure_recent(uint64_t now) const;
 
   Backend* backend_ = nullptr;
   const Platform* platform_ = nullptr;
@@ -82,6 +96,7 @@ class Purger {
   PressureMonitor pressure_;
   std::atomic<bool> free_unsupported_{false};
   std::atomic<uint64_t> last_inline_ns_{0};
+  std::atomic<uint64_t> last_pressure_ns_{0};  // last relieve() (pressure, limits, API)
 };
 
 // The background purge thread.  ensure_started() is called with no allocator

@@ -206,6 +206,31 @@ TEST_F(Engine, EagerPolicyGivesBackAtFree) {
   lazymalloc_option_set("purge_advice", 0);
 }
 
+// free() of a touched huge block hands it to the release workers and
+// returns; the memory leaves the process (Rss - LazyFree) soon after.
+TEST_F(Engine, HugeFreeIsReleasedOffThreadAndLeaves) {
+  int64_t retain = 0;
+  lazymalloc_option_get("huge_retain", &retain);
+  lazymalloc_option_set("huge_retain", 0);
+  const size_t n = 512 * kMiB;
+  char* p = static_cast<char*>(malloc(n));
+  ASSERT_NE(p, nullptr);
+  memset(p, 1, n);
+  long before = rollup().held_kb();
+  uint64_t helped = stat("release_helped_chunks");
+  uint64_t chunks = stat("release_chunks");
+  free(p);
+  uint64_t threads = stat("release_threads");
+  EXPECT_TRUE(eventually([&] { return stat("release_inflight_bytes") == 0; }, 5000));
+  EXPECT_GE(stat("release_chunks") - chunks, 16u) << "512 MiB in purge_batch (32 MiB) chunks";
+  if (threads > 0) {
+    EXPECT_EQ(stat("release_helped_chunks"), helped) << "free() left the whole release to the workers";
+  }
+  EXPECT_TRUE(eventually([&] { return rollup().held_kb() < before - long(400 * kMiB / 1024); }, 5000))
+      << "held " << rollup().held_kb() << " kB, before free " << before << " kB";
+  lazymalloc_option_set("huge_retain", retain);
+}
+
 // A process whose own last thread ends with pthread_exit() must end: the
 // background purge thread may not keep it alive (CPython's test_threading
 // does this in a forked child).

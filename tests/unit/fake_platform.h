@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <map>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,7 @@ class FakePlatform {
   }
   static int advise(void* ctx, const AdviseRange* r, unsigned n, Advice a, unsigned* calls) {
     auto* self = static_cast<FakePlatform*>(ctx);
+    std::lock_guard<std::mutex> guard(self->advise_lock_);  // release workers advise in parallel
     self->advise_calls++;
     *calls = 1;
     int rc = a == Advice::kFree ? self->fail_free_with : self->fail_dontneed_with;
@@ -76,6 +78,7 @@ class FakePlatform {
   static uint64_t now(void* ctx) { return static_cast<FakePlatform*>(ctx)->now_ns; }
 
   Platform platform_;
+  std::mutex advise_lock_;
 };
 
 }  // namespace lazymalloc::test

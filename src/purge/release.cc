@@ -1,0 +1,200 @@
+#include "purge/release.h"
+
+#include "core/options.h"
+#include "purge/purger.h"
+
+namespace lazymalloc {
+
+namespace {
+constexpr int64_t kWorkerIdleNs = 1000000000;  // a worker exits after 1 s without work
+constexpr int64_t kWaitSliceNs = 10000000;     // help(true) rechecks every 10 ms
+}  // namespace
+
+void Releaser::init(Backend* backend, Purger* purger, const Platform* platform, Stats* stats,
+                    StartThread start_thread, unsigned cpus) {
+  backend_ = backend;
+  purger_ = purger;
+  platform_ = platform;
+  stats_ = stats;
+  start_thread_ = start_thread;
+  cpus_ = cpus ? cpus : 1;
+}
+
+unsigned Releaser::workers() const {
+  return unsigned(stats_ ? stats_->get(Stat::release_threads) : 0);
+}
+
+size_t Releaser::chunk_len(const Job* j, unsigned c) const {
+  size_t first = size_t(c) * j->chunk_slots;
+  size_t left = j->nslots - first;
+  return left < j->chunk_slots ? left : j->chunk_slots;
+}
+
+bool Releaser::claim(Job** job, unsigned* chunk) {
+  for (Job& j : jobs_) {
+    if (j.live && j.claimed < j.nchunks) {
+      *job = &j;
+      *chunk = j.claimed++;
+      return true;
+    }
+  }
+  return false;
+}
+
+bool Releaser::queue(const SlotRun& run, size_t chunk_slots, bool dontneed, uint64_t now) {
+  LockGuard g(lock_);
+  for (Job& j : jobs_) {
+    if (j.live) continue;
+    j = Job{};
+    j.first = run.first;
+    j.nslots = run.nslots;
+    j.chunk_slots = chunk_slots;
+    j.nchunks = unsigned((run.nslots + chunk_slots - 1) / chunk_slots);
+    j.start_ns = now;
+    j.dontneed = dontneed;
+    j.live = true;
+    return true;
+  }
+  return false;
+}
+
+void Releaser::submit(const SlotRun& run, bool dontneed, uint64_t now) {
+  size_t chunk_slots = size_t(option(Opt::purge_batch)) / kSlotSize;
+  size_t min_chunk = (run.nslots + kMaxChunks - 1) / kMaxChunks;
+  if (chunk_slots < min_chunk) chunk_slots = min_chunk;
+  if (chunk_slots == 0) chunk_slots = 1;
+  stats_->add(Stat::huge_released, 1);
+  stats_->add(Stat::release_inflight_bytes, uint64_t(run.nslots) * kSlotSize);
+  // Every job record taken: release someone's chunk (or wait for one) first.
+  while (!queue(run, chunk_slots, dontneed, now)) {
+    if (!run_one(true)) help(true);
+  }
+  work_seq_.fetch_add(1, std::memory_order_release);
+  ensure_workers();
+  if (workers() == 0) {
+    help(false);  // nobody else will
+    return;
+  }
+  pal::futex_wake(&work_seq_, int(cpus_));
+  uint64_t backlog = uint64_t(option(Opt::release_backlog));
+  while (inflight_bytes() > backlog && run_one(true)) {
+  }
+}
+
+void Releaser::ensure_workers() {
+  if (!start_thread_) return;
+  unsigned want = unsigned(option(Opt::release_workers));
+  if (want > cpus_) want = cpus_;
+  for (;;) {
+    {
+      LockGuard g(lock_);
+      if (workers_ >= want) return;
+      ++workers_;
+      stats_->add(Stat::release_threads, 1);
+    }
+    if (!start_thread_(&Releaser::worker_main, this)) {
+      LockGuard g(lock_);
+      --workers_;
+      stats_->sub(Stat::release_threads, 1);
+      stats_->add(Stat::release_thread_failures, 1);
+      return;
+    }
+  }
+}
+
+bool Releaser::run_one(bool helper) {
+  Job* j;
+  unsigned c;
+  PurgeBatch batch;
+  bool dontneed;
+  {
+    LockGuard g(lock_);
+    if (!claim(&j, &c)) return false;
+    dontneed = j->dontneed;
+    Backend::run_batch(j->first + size_t(c) * j->chunk_slots, chunk_len(j, c),
+                       size_t(option(Opt::purge_batch)), &batch);
+  }
+  uint64_t t0 = platform_->now_ns(platform_->ctx);
+  bool clean = false;
+  int rc = purger_->advise(&batch, dontneed, &clean);
+  uint64_t t1 = platform_->now_ns(platform_->ctx);
+  uint64_t bytes = batch.bytes;
+  {
+    LockGuard g(lock_);
+    backend_->purge_finish(&batch, clean, rc != 0);
+    j->settled_mask[c / 64] |= uint64_t(1) << (c % 64);
+    if (++j->settled == j->nchunks) {
+      j->live = false;
+      stats_->add(Stat::release_ns, t1 > j->start_ns ? t1 - j->start_ns : 0);
+    }
+    stats_->sub(Stat::release_inflight_bytes, bytes);
+  }
+  stats_->add(Stat::release_chunks, 1);
+  if (helper) stats_->add(Stat::release_helped_chunks, 1);
+  if (rc == 0) stats_->add(Stat::release_bytes, bytes);
+  stats_->add(Stat::release_busy_ns, t1 - t0);
+  settle_seq_.fetch_add(1, std::memory_order_release);
+  if (settle_waiters_.load(std::memory_order_acquire)) pal::futex_wake(&settle_seq_, 1 << 30);
+  return true;
+}
+
+void Releaser::help(bool wait) {
+  for (;;) {
+    while (run_one(true)) {
+    }
+    if (!wait) return;
+    uint32_t seq = settle_seq_.load(std::memory_order_acquire);
+    if (inflight_bytes() == 0) return;
+    // Chunks claimed by workers are still being advised: wait for them.
+    settle_waiters_.fetch_add(1, std::memory_order_acq_rel);
+    if (inflight_bytes() != 0) pal::futex_wait(&settle_seq_, seq, kWaitSliceNs);
+    settle_waiters_.fetch_sub(1, std::memory_order_acq_rel);
+  }
+}
+
+void* Releaser::worker_main(void* arg) {
+  auto* self = static_cast<Releaser*>(arg);
+  pal::set_background_priority();
+  for (;;) {
+    uint32_t seq = self->work_seq_.load(std::memory_order_acquire);
+    if (self->run_one(false)) continue;
+    pal::futex_wait(&self->work_seq_, seq, kWorkerIdleNs);
+    if (self->work_seq_.load(std::memory_order_acquire) != seq) continue;
+    // A second without new work: exit unless some arrived meanwhile (ensure_workers
+    // starts another worker after queueing, so no job is left without one).
+    bool pending = false;
+    {
+      LockGuard g(self->lock_);
+      for (const Job& j : self->jobs_) pending = pending || (j.live && j.claimed < j.nchunks);
+      if (!pending) --self->workers_;
+    }
+    if (pending) continue;
+    // The last touch of the releaser: a test may destroy it once this is 0.
+    self->stats_->sub(Stat::release_threads, 1);
+    return nullptr;
+  }
+}
+
+void Releaser::fork_child() {
+  lock_.reset();
+  workers_ = 0;
+  stats_->set(Stat::release_threads, 0);
+  // No thread of the parent exists here: what they had not settled goes back
+  // to the free lists as RETAINED (a failed purge), for this process's decay.
+  for (Job& j : jobs_) {
+    if (!j.live) continue;
+    for (unsigned c = 0; c < j.nchunks; ++c) {
+      if (j.settled_mask[c / 64] >> (c % 64) & 1) continue;
+      PurgeBatch batch;
+      Backend::run_batch(j.first + size_t(c) * j.chunk_slots, chunk_len(&j, c), kSlotSize, &batch);
+      backend_->purge_finish(&batch, false, true);
+    }
+    j.live = false;
+  }
+  stats_->set(Stat::release_inflight_bytes, 0);
+  work_seq_.store(0, std::memory_order_relaxed);
+  settle_seq_.store(0, std::memory_order_relaxed);
+  settle_waiters_.store(0, std::memory_order_relaxed);
+}
+
+}  // namespace lazymalloc
