@@ -21,7 +21,7 @@ void Releaser::init(Backend* backend, Purger* purger, const Platform* platform, 
 }
 
 unsigned Releaser::workers() const {
-  return unsigned(stats_ ? stats_->get(Stat::release_threads) : 0);
+  return workers_.load(std::memory_order_acquire) + exiting_.load(std::memory_order_acquire);
 }
 
 size_t Releaser::chunk_len(const Job* j, unsigned c) const {
@@ -71,7 +71,7 @@ void Releaser::submit(const SlotRun& run, bool dontneed, uint64_t now) {
   }
   work_seq_.fetch_add(1, std::memory_order_release);
   ensure_workers();
-  if (workers() == 0) {
+  if (workers_.load(std::memory_order_acquire) == 0) {
     help(false);  // nobody else will
     return;
   }
@@ -88,13 +88,13 @@ void Releaser::ensure_workers() {
   for (;;) {
     {
       LockGuard g(lock_);
-      if (workers_ >= want) return;
-      ++workers_;
+      if (workers_.load(std::memory_order_relaxed) >= want) return;
+      workers_.fetch_add(1, std::memory_order_relaxed);
       stats_->add(Stat::release_threads, 1);
     }
     if (!start_thread_(&Releaser::worker_main, this)) {
       LockGuard g(lock_);
-      --workers_;
+      workers_.fetch_sub(1, std::memory_order_relaxed);
       stats_->sub(Stat::release_threads, 1);
       stats_->add(Stat::release_thread_failures, 1);
       return;
@@ -154,6 +154,7 @@ void Releaser::help(bool wait) {
 
 void* Releaser::worker_main(void* arg) {
   auto* self = static_cast<Releaser*>(arg);
+  Stats* stats = self->stats_;
   pal::set_background_priority();
   for (;;) {
     uint32_t seq = self->work_seq_.load(std::memory_order_acquire);
@@ -166,18 +167,24 @@ void* Releaser::worker_main(void* arg) {
     {
       LockGuard g(self->lock_);
       for (const Job& j : self->jobs_) pending = pending || (j.live && j.claimed < j.nchunks);
-      if (!pending) --self->workers_;
+      if (!pending) {
+        self->workers_.fetch_sub(1, std::memory_order_relaxed);
+        self->exiting_.fetch_add(1, std::memory_order_relaxed);
+      }
     }
     if (pending) continue;
-    // The last touch of the releaser: a test may destroy it once this is 0.
-    self->stats_->sub(Stat::release_threads, 1);
+    stats->sub(Stat::release_threads, 1);
+    // The last touch of the releaser: a test may destroy it once workers()
+    // reads 0.
+    self->exiting_.fetch_sub(1, std::memory_order_release);
     return nullptr;
   }
 }
 
 void Releaser::fork_child() {
   lock_.reset();
-  workers_ = 0;
+  workers_.store(0, std::memory_order_relaxed);
+  exiting_.store(0, std::memory_order_relaxed);
   stats_->set(Stat::release_threads, 0);
   // No thread of the parent exists here: what they had not settled goes back
   // to the free lists as RETAINED (a failed purge), for this process's decay.

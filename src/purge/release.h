@@ -66,6 +66,7 @@ class Releaser {
   // (`helper`: counted as released by a non-worker thread.)
   bool run_one(bool helper);
   uint64_t inflight_bytes() const { return stats_ ? stats_->get(Stat::release_inflight_bytes) : 0; }
+  // Worker threads still running (including ones on their way out).
   unsigned workers() const;
 
   void fork_prepare() { lock_.lock(); }
@@ -103,7 +104,10 @@ class Releaser {
 
   Mutex lock_;
   Job jobs_[kMaxJobs] = {};
-  unsigned workers_ = 0;                   // REQUIRES lock_: live worker threads
+  std::atomic<uint32_t> workers_{0};  // changed under lock_: workers that take chunks
+  // Workers that left workers_ and are returning; the decrement (release) is
+  // an exiting worker's last touch of this object.
+  std::atomic<uint32_t> exiting_{0};
   std::atomic<uint32_t> work_seq_{0};      // bumped when chunks are queued
   std::atomic<uint32_t> settle_seq_{0};    // bumped when a chunk is settled
   std::atomic<uint32_t> settle_waiters_{0};
