@@ -61,7 +61,11 @@ enum class OptKind : uint8_t { kBool, kInt, kSize, kMillis, kEnum };
     "failure, e.g. under RLIMIT_AS")                                                        \
   X(hugepages, kBool, 1, 0, 1, nullptr,                                                    \
     "advise arenas with MADV_HUGEPAGE so that 2 MiB slots are backed by transparent "      \
-    "hugepages where the system allows (THP 'madvise' or 'always')")
+    "hugepages where the system allows (THP 'madvise' or 'always')")                       \
+  X(secure, kBool, 0, 0, 1, nullptr,                                                       \
+    "secure mode (read at start-up only): guard page after large and huge blocks, random " \
+    "allocation order in new spans, encoded free-list links, freed objects filled with "   \
+    "0xdf and held in a per-thread quarantine before reuse")
 
 enum class Opt : unsigned {
 #define LM_OPT_ENUM(name, kind, def, mn, mx, choices, doc) name,
