@@ -69,7 +69,7 @@ int main(int argc, char** argv) {
   compare->add_option("--reps", copt.reps, "Repetitions per workload and allocator")->capture_default_str();
   compare->add_option("--allocators", copt.allocators,
                       "Comma list of allocators: lazymalloc, glibc, jemalloc, jemalloc-bg, jemalloc-free, tcmalloc, mimalloc, "
-                      "tbbmalloc, lazymalloc-decay, lazymalloc-eager, lazymalloc-never (other release policies), "
+                      "tbbmalloc, lazymalloc-decay, lazymalloc-eager, lazymalloc-never (other release policies), lazymalloc-secure, "
                       "or NAME=/path/lib.so (default: lazymalloc,glibc,jemalloc,tcmalloc,mimalloc,tbbmalloc)");
   compare->add_option("--out", copt.out_dir, "Output directory")->capture_default_str();
   compare->add_flag("--quick", copt.quick, "Small sizes: every run well under 2 s");

@@ -123,7 +123,8 @@ const std::vector<std::string>& default_allocator_names() {
 const std::vector<std::string>& known_allocator_names() {
   static const std::vector<std::string> names = {
       "lazymalloc", "glibc",    "jemalloc",  "jemalloc-bg",     "jemalloc-free",    "tcmalloc",
-      "mimalloc",   "tbbmalloc", "lazymalloc-decay", "lazymalloc-eager", "lazymalloc-never"};
+      "mimalloc",   "tbbmalloc", "lazymalloc-decay", "lazymalloc-eager", "lazymalloc-never",
+      "lazymalloc-secure"};
   return names;
 }
 
@@ -160,6 +161,9 @@ std::optional<AllocatorSpec> parse_allocator(std::string_view item, const std::s
     // lazymalloc under its other release policies, for side-by-side runs.
     spec.preload = lazymalloc_lib;
     spec.env.emplace_back("LAZYMALLOC_PURGE", std::string(item.substr(11)));
+  } else if (item == "lazymalloc-secure") {
+    spec.preload = lazymalloc_lib;
+    spec.env.emplace_back("LAZYMALLOC_SECURE", "1");
   } else if (item == "tcmalloc") {
     spec.preload = "libtcmalloc_minimal.so.4";
   } else if (item == "mimalloc") {

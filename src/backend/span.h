@@ -19,6 +19,9 @@ namespace lazymalloc {
 struct Heap;
 struct SlotMeta;
 
+// Most objects in a small span (16-byte objects in one 64 KiB unit).
+inline constexpr unsigned kSpanBitWords = 4096 / 64;
+
 struct Block {
   Block* next;
 };
@@ -63,6 +66,8 @@ struct alignas(64) Span {
   Span* next_delayed;   // heap's delayed list link
   uint8_t in_full;      // on the heap's full list
   uint8_t zero;         // memory was zero when the backend handed it out
+  uint8_t guard;        // large/huge (secure mode): last OS page is PROT_NONE
+  size_t lead;          // large/huge: the block starts at start + lead
 
   // ---- line 2: other threads' ----
   alignas(64) std::atomic<uintptr_t> xfree;  // remote frees: Block* | state bits
@@ -70,6 +75,15 @@ struct alignas(64) Span {
   // walk of the list.  Incremented after the push, so it never counts a
   // block that is not yet free: `used` never drops below the live count.
   std::atomic<uint32_t> xfree_count;
+
+  // ---- double-free detection (small spans, frontend/heap.cc) ----
+  // One bit per object, outside the objects.  free_bits: written only by
+  // the owner (relaxed atomics so that remote frees may read it): 1 = free
+  // as far as the owner knows (on `free` or `local_free`, in its heap's
+  // quarantine, or never handed out).  remote_bits: set by a remote free
+  // (fetch_or), cleared by the owner when it collects the block.
+  alignas(64) std::atomic<uint64_t> free_bits[kSpanBitWords];
+  alignas(64) std::atomic<uint64_t> remote_bits[kSpanBitWords];
 };
 
 }  // namespace lazymalloc

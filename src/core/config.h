@@ -42,6 +42,13 @@ inline constexpr size_t kMinAlign = 16;
 // User address space covered by the page map (x86-64 / aarch64 4-level).
 inline constexpr unsigned kAddressBits = 48;
 
+// Double-free detection and free-list validation (CMake LAZYMALLOC_CHECKS,
+// on by default; off only to measure what they cost).
+#ifndef LAZYMALLOC_CHECKS
+#define LAZYMALLOC_CHECKS 1
+#endif
+inline constexpr bool kChecks = LAZYMALLOC_CHECKS != 0;
+
 // Largest request we ever try to satisfy (glibc refuses > PTRDIFF_MAX too).
 inline constexpr size_t kMaxRequest = size_t{1} << 46;
 

@@ -73,7 +73,11 @@ enum class OptKind : uint8_t { kBool, kInt, kSize, kMillis, kEnum };
     "releases inside free()")                                                              \
   X(release_backlog, kSize, int64_t(4) << 30, 0, int64_t(1) << 50, nullptr,                \
     "bytes of freed huge blocks waiting for release beyond which free() helps the "        \
-    "workers instead of letting the backlog grow")
+    "workers instead of letting the backlog grow")                        \
+  X(secure, kBool, 0, 0, 1, nullptr,                                                       \
+    "secure mode (read at start-up only): guard page after large and huge blocks, random " \
+    "allocation order in new spans, encoded free-list links, freed objects filled with "   \
+    "0xdf and held in a per-thread quarantine before reuse")
 
 enum class Opt : unsigned {
 #define LM_OPT_ENUM(name, kind, def, mn, mx, choices, doc) name,

@@ -35,6 +35,8 @@ struct Global {
 };
 constinit Global g;
 int g_stats_fd = 2;
+bool g_secure = false;    // Opt::secure, fixed by lm_init before any span exists
+uint64_t g_link_key = 0;  // secure mode: free-list links are xor'ed with it
 
 __attribute__((tls_model("initial-exec"))) thread_local Heap* tl_heap = &g_empty_heap;
 __attribute__((tls_model("initial-exec"))) thread_local bool tl_initializing = false;
@@ -81,6 +83,115 @@ inline bool is_block_start(const Span* s, const void* p) {
   return s->start + block_index(s, p) * s->obj_size == static_cast<const char*>(p);
 }
 
+// Large and huge blocks start `lead` bytes into their span (secure mode
+// puts them against the guard page).
+inline char* block_start(const Span* s) { return s->start + s->lead; }
+
+// Secure mode tags Span::heap with bit 0, so that the owner test of the
+// free fast path fails and every free takes free_generic.
+inline Heap* owner_of(const Span* s) {
+  return reinterpret_cast<Heap*>(reinterpret_cast<uintptr_t>(s->heap) & ~uintptr_t(1));
+}
+
+// ------------------------------------------------------------ checks
+
+// Free-list links.  In secure mode a link is stored xor'ed with a
+// per-process key and its own address, so that an overwritten freed object
+// fails validation when it is popped instead of being followed.  Only slow
+// paths call these: in secure mode the fast paths never run.
+inline Block* link_get(const Block* b) {
+  uintptr_t v = reinterpret_cast<uintptr_t>(b->next);
+  if (g_secure) v ^= g_link_key ^ reinterpret_cast<uintptr_t>(b);
+  return reinterpret_cast<Block*>(v);
+}
+inline void link_set(Block* b, Block* next) {
+  uintptr_t v = reinterpret_cast<uintptr_t>(next);
+  if (g_secure) v ^= g_link_key ^ reinterpret_cast<uintptr_t>(b);
+  b->next = reinterpret_cast<Block*>(v);
+}
+
+inline uint64_t obj_bit(size_t i) { return uint64_t(1) << (i & 63); }
+
+[[noreturn]] LM_NOINLINE void corrupt_list(const void* b) {
+  lm_invalid_pointer("malloc", b,
+                     "corrupted free list (a freed object was overwritten: use after free or overflow)");
+}
+
+[[noreturn]] LM_NOINLINE void double_free(const char* fn, const Span* s, size_t i, const void* p) {
+  lm_invalid_pointer(fn, p, i >= __atomic_load_n(&s->reserved, __ATOMIC_RELAXED)
+                                ? "not allocated (never handed out)"
+                                : "double free (already freed)");
+}
+
+// Index of free-list entry `b` of span `s`; aborts unless it is an object
+// start that has been carved.  `b` may be any value (a corrupted link).
+inline size_t entry_index(const Span* s, const Block* b) {
+  uintptr_t off = reinterpret_cast<uintptr_t>(b) - reinterpret_cast<uintptr_t>(s->start);
+  size_t i = size_t((uint64_t(off) * s->div_magic) >> 40);
+  if (LM_UNLIKELY(i >= s->reserved ||
+                  s->start + i * s->obj_size != reinterpret_cast<const char*>(b))) {
+    corrupt_list(b);
+  }
+  return i;
+}
+
+// Pops `b`, the head of the allocation list.  With checks it is validated
+// first (a carved object of this span that the owner recorded as free), and
+// only then is its link read.  The unlink comes before the bit is cleared,
+// so an owner stopped in between by fork() leaks the object in the child
+// rather than leaving it listed and marked live.
+template <bool kEncoded>
+LM_INLINE Block* take(Span* s, Block* b) {
+  if constexpr (kChecks) {
+    size_t i = entry_index(s, b);
+    std::atomic<uint64_t>& w = s->free_bits[i >> 6];
+    uint64_t v = w.load(std::memory_order_relaxed), m = obj_bit(i);
+    if (LM_UNLIKELY(!(v & m))) corrupt_list(b);
+    s->free = kEncoded ? link_get(b) : b->next;
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    w.store(v & ~m, std::memory_order_relaxed);
+  } else {
+    s->free = kEncoded ? link_get(b) : b->next;
+  }
+  s->used++;
+  return b;
+}
+
+// True if the owner or a remote free has recorded object i as free.
+inline bool recorded_free(const Span* s, size_t i) {
+  return ((s->free_bits[i >> 6].load(std::memory_order_relaxed) |
+           s->remote_bits[i >> 6].load(std::memory_order_relaxed)) & obj_bit(i)) != 0;
+}
+
+// Owner's free of object i: aborts if it is already free (also if a remote
+// free of it is pending), else records it.  Before the push (fork, above).
+LM_INLINE void record_local_free(Span* s, size_t i, const void* p) {
+  if constexpr (kChecks) {
+    std::atomic<uint64_t>& w = s->free_bits[i >> 6];
+    uint64_t v = w.load(std::memory_order_relaxed), m = obj_bit(i);
+    if (LM_UNLIKELY((v | s->remote_bits[i >> 6].load(std::memory_order_relaxed)) & m)) {
+      double_free("free", s, i, p);
+    }
+    w.store(v | m, std::memory_order_relaxed);
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+  }
+}
+
+// Another thread's free of object i.  The fetch_or catches a second remote
+// free at once; reading free_bits after it (acquire) sees the owner's record
+// of every free it collected (the owner sets the free bit before it clears
+// the remote bit with release), so a remote free of an object the owner
+// already holds as free is caught too.
+inline void record_remote_free(Span* s, size_t i, const void* p) {
+  if constexpr (kChecks) {
+    uint64_t m = obj_bit(i);
+    if (LM_UNLIKELY(s->remote_bits[i >> 6].fetch_or(m, std::memory_order_acq_rel) & m) ||
+        LM_UNLIKELY(s->free_bits[i >> 6].load(std::memory_order_relaxed) & m)) {
+      double_free("free", s, i, p);
+    }
+  }
+}
+
 // ------------------------------------------------------------ span queues
 
 void queue_push_front(SpanQueue& q, Span* s) {
@@ -113,7 +224,9 @@ void full_remove(Heap* h, Span* s) {
 
 // Points the direct slots of class `c` at its queue head.
 void update_direct(Heap* h, unsigned c) {
-  Span* s = h->queue[c].head ? h->queue[c].head : &g_empty_span;
+  // Secure mode keeps every direct slot empty: all allocations take
+  // alloc_class, which decodes the free-list links.
+  Span* s = h->queue[c].head && !g_secure ? h->queue[c].head : &g_empty_span;
   const DirectRange r = kClasses.direct[c];
   if (r.lo == 255) return;
   for (unsigned i = r.lo; i <= r.hi; ++i) h->direct[i] = s;
@@ -139,11 +252,33 @@ void collect_remote(Span* s) {
                                          std::memory_order_relaxed)) {
   }
   Block* list = reinterpret_cast<Block*>(old & ~kXfreeMask);
-  s->used -= s->xfree_count.exchange(0, std::memory_order_acquire);
-  if (s->free) {
-    Block* last = list;
-    while (last->next) last = last->next;
-    last->next = s->free;
+  if constexpr (kChecks) {
+    // Walk the list, validating each entry before following its link, and
+    // move each object's remote bit to its free bit (free bit first: see
+    // record_remote_free).  An object already free here was freed twice.
+    uint32_t n = 0;
+    Block* last = nullptr;
+    for (Block* b = list; b; b = link_get(b)) {
+      size_t i = entry_index(s, b);
+      uint64_t m = obj_bit(i);
+      if (LM_UNLIKELY(!(s->remote_bits[i >> 6].load(std::memory_order_relaxed) & m))) corrupt_list(b);
+      std::atomic<uint64_t>& w = s->free_bits[i >> 6];
+      uint64_t v = w.load(std::memory_order_relaxed);
+      if (LM_UNLIKELY(v & m)) double_free("free", s, i, b);
+      w.store(v | m, std::memory_order_relaxed);
+      s->remote_bits[i >> 6].fetch_and(~m, std::memory_order_release);
+      last = b;
+      ++n;
+    }
+    s->used -= n;
+    if (s->free) link_set(last, s->free);
+  } else {
+    s->used -= s->xfree_count.exchange(0, std::memory_order_acquire);
+    if (s->free) {
+      Block* last = list;
+      while (link_get(last)) last = link_get(last);
+      link_set(last, s->free);
+    }
   }
   s->free = list;
 }
@@ -156,12 +291,29 @@ void carve(Span* s) {
   if (n < 1) n = 1;
   if (n > left) n = left;
   char* p = s->start + size_t(s->reserved) * s->obj_size;
-  for (uint32_t i = 0; i + 1 < n; ++i) {
-    reinterpret_cast<Block*>(p + size_t(i) * s->obj_size)->next =
-        reinterpret_cast<Block*>(p + size_t(i + 1) * s->obj_size);
+  auto obj = [&](uint32_t i) { return reinterpret_cast<Block*>(p + size_t(i) * s->obj_size); };
+  if (g_secure) {
+    // Secure mode: the batch is linked in a random order (Fisher-Yates).
+    uint16_t order[16384 / 16];
+    Heap* h = owner_of(s);
+    for (uint32_t i = 0; i < n; ++i) order[i] = uint16_t(i);
+    for (uint32_t i = n; i > 1; --i) {
+      h->rng ^= h->rng << 13;
+      h->rng ^= h->rng >> 7;
+      h->rng ^= h->rng << 17;
+      uint32_t j = uint32_t(h->rng % i);
+      uint16_t t = order[i - 1];
+      order[i - 1] = order[j];
+      order[j] = t;
+    }
+    for (uint32_t i = 0; i + 1 < n; ++i) link_set(obj(order[i]), obj(order[i + 1]));
+    link_set(obj(order[n - 1]), s->free);
+    s->free = obj(order[0]);
+  } else {
+    for (uint32_t i = 0; i + 1 < n; ++i) obj(i)->next = obj(i + 1);
+    obj(n - 1)->next = s->free;
+    s->free = obj(0);
   }
-  reinterpret_cast<Block*>(p + size_t(n - 1) * s->obj_size)->next = s->free;
-  s->free = reinterpret_cast<Block*>(p);
   s->reserved += n;
 }
 
@@ -233,13 +385,29 @@ Span* span_new(Heap* h, unsigned c) {
   s->free = s->local_free = nullptr;
   s->xfree.store(0, std::memory_order_relaxed);
   s->xfree_count.store(0, std::memory_order_relaxed);
-  s->heap = h;
+  if constexpr (kChecks) {
+    // Every object starts free (those never carved too: a free of one is
+    // reported as "not allocated").
+    for (unsigned w = 0; w < kSpanBitWords; ++w) {
+      size_t lo = size_t(w) * 64;
+      uint64_t v = lo >= s->capacity ? 0 : s->capacity - lo >= 64 ? ~uint64_t(0)
+                                                                  : (uint64_t(1) << (s->capacity - lo)) - 1;
+      s->free_bits[w].store(v, std::memory_order_relaxed);
+      s->remote_bits[w].store(0, std::memory_order_relaxed);
+    }
+  }
+  s->heap = g_secure ? reinterpret_cast<Heap*>(reinterpret_cast<uintptr_t>(h) | 1) : h;
   h->stats.inc(HeapStat::spans_acquired);
   return s;
 }
 
 // The slow path of small allocation: find or make a span with a free object.
 LM_NOINLINE void* alloc_class(Heap* h, unsigned c) {
+  if (g_secure) {
+    // Secure mode's fast path (its direct slots are always empty).
+    Span* head = h->queue[c].head;
+    if (head && head->free) return take<true>(head, head->free);
+  }
   h->stats.inc(HeapStat::span_refills);
   if (h->delayed.load(std::memory_order_relaxed)) process_delayed(h);
   SpanQueue& q = h->queue[c];
@@ -274,13 +442,12 @@ LM_NOINLINE void* alloc_class(Heap* h, unsigned c) {
     queue_push_front(q, s);
   }
   update_direct(h, c);
-  Block* b = s->free;
-  s->free = b->next;
-  s->used++;
-  return b;
+  return take<true>(s, s->free);
 }
 
 // ------------------------------------------------------------ heaps
+
+void quarantine_flush(Heap* h);
 
 void heap_collect(Heap* h, bool release_empty) {
   process_delayed(h);
@@ -302,6 +469,7 @@ void heap_collect(Heap* h, bool release_empty) {
 void heap_thread_exit(void* arg) {
   Heap* h = static_cast<Heap*>(arg);
   if (!h || h != tl_heap) return;
+  quarantine_flush(h);
   heap_collect(h, true);
   tl_heap = &g_empty_heap;
   LockGuard guard(g.heaps_lock);
@@ -362,6 +530,7 @@ Heap* heap_for_thread() {
       h = g.heap_records.alloc(&g.stats);
       if (!h) return nullptr;
       new (h) Heap(&g_empty_span);
+      if (g_secure) h->rng = pal::random_seed() | 1;
       h->next_all = g.all_heaps;
       g.all_heaps = h;
       g.stats.add(Stat::heaps, 1);
@@ -386,19 +555,30 @@ Span* backend_alloc(size_t size, size_t align, bool growing) {
 }
 
 void* alloc_large(size_t size, size_t align, bool* zero, bool growing = false) {
-  Span* s = backend_alloc(size, align, growing);
+  // Secure mode: room for the guard page (size <= kMaxRequest: no overflow).
+  Span* s = backend_alloc(g_secure ? size + kOsPageSize : size, align, growing);
   if (!s) {
     pal::set_errno(ENOMEM);
     return nullptr;
   }
   s->heap = nullptr;
   s->obj_size = 0;
+  s->lead = 0;
+  s->guard = 0;
   if (s->kind == SpanKind::kLarge) {
     g.stats.add(Stat::large_allocs, 1);
     g.stats.add(Stat::large_blocks, 1);
   }
   if (zero) *zero = s->zero;
-  return s->start;
+  if (g_secure) {
+    // The block ends just below a PROT_NONE page at the end of its span.
+    char* guard = s->start + s->bytes - kOsPageSize;
+    if (pal::protect(guard, kOsPageSize, false)) {
+      s->guard = 1;
+      s->lead = size_t(align_down(uintptr_t(guard - s->start) - size, align < kMinAlign ? kMinAlign : align));
+    }
+  }
+  return block_start(s);
 }
 
 LM_NOINLINE void* malloc_generic(size_t size, size_t align, bool* zero) {
@@ -431,60 +611,132 @@ LM_NOINLINE void* malloc_generic(size_t size, size_t align, bool* zero) {
   return alloc_large(size, align, zero);
 }
 
-LM_NOINLINE void free_generic(Span* s, void* p) {
-  if (s->kind == SpanKind::kSmall) {
-    if (!is_block_start(s, p)) lm_invalid_pointer("free", p, "points inside an object");
-    Heap* h = tl_heap;
-    if (s->heap == h) {
-      // Local free that needs attention: the span was full or is now empty.
-      if (s->in_full) {
-        if (!xfree_transition(s, kXfreeNotify, kXfreeNormal)) {
-          // Notified: it is on the delayed list; process_delayed skips it
-          // once it is back in the queue.
-        }
-        full_remove(h, s);
-        queue_push_front(h->queue[s->cls], s);
-        update_direct(h, s->cls);
-      }
-      // An empty span goes back unless it is its class's current span; a
-      // current span of more than one unit goes back too, so a quiet thread
-      // holds at most 64 KiB per class in empty spans.
-      if (s->used == 0 && (h->queue[s->cls].head != s || s->bytes > kUnitSize)) {
-        uintptr_t x = s->xfree.load(std::memory_order_acquire);
-        if ((x & kXfreeMask) == kXfreeNormal) {
-          queue_remove(h->queue[s->cls], s);
-          update_direct(h, s->cls);
-          span_release(h, s);
-        }
-      }
-      return;
+// After an owner's free was pushed on local_free: a span that was full goes
+// back in its queue; an empty one goes back to the backend unless it is its
+// class's current span of one unit.
+void local_free_attention(Heap* h, Span* s) {
+  if (s->in_full) {
+    if (!xfree_transition(s, kXfreeNotify, kXfreeNormal)) {
+      // Notified: it is on the delayed list; process_delayed skips it
+      // once it is back in the queue.
     }
-    // Remote free: one CAS onto the owner's span.
-    Block* b = static_cast<Block*>(p);
-    uintptr_t old = s->xfree.load(std::memory_order_relaxed);
-    uintptr_t state;
+    full_remove(h, s);
+    queue_push_front(h->queue[s->cls], s);
+    update_direct(h, s->cls);
+  }
+  // A current span of more than one unit goes back too, so a quiet thread
+  // holds at most 64 KiB per class in empty spans.
+  if (s->used == 0 && (h->queue[s->cls].head != s || s->bytes > kUnitSize)) {
+    uintptr_t x = s->xfree.load(std::memory_order_acquire);
+    if ((x & kXfreeMask) == kXfreeNormal) {
+      queue_remove(h->queue[s->cls], s);
+      update_direct(h, s->cls);
+      span_release(h, s);
+    }
+  }
+}
+
+// Remote free: one CAS onto the owner's span.
+void remote_push(Heap* h, Span* s, void* p) {
+  Block* b = static_cast<Block*>(p);
+  uintptr_t old = s->xfree.load(std::memory_order_relaxed);
+  uintptr_t state;
+  do {
+    state = old & kXfreeMask;
+    link_set(b, reinterpret_cast<Block*>(old & ~kXfreeMask));
+  } while (!s->xfree.compare_exchange_weak(
+      old, reinterpret_cast<uintptr_t>(b) | (state == kXfreeNotify ? kXfreeNotified : state),
+      std::memory_order_release, std::memory_order_relaxed));
+  if constexpr (!kChecks) s->xfree_count.fetch_add(1, std::memory_order_release);
+  if (state == kXfreeNotify) {
+    Heap* owner = owner_of(s);
+    Span* head = owner->delayed.load(std::memory_order_relaxed);
     do {
-      state = old & kXfreeMask;
-      b->next = reinterpret_cast<Block*>(old & ~kXfreeMask);
-    } while (!s->xfree.compare_exchange_weak(
-        old, reinterpret_cast<uintptr_t>(b) | (state == kXfreeNotify ? kXfreeNotified : state),
-        std::memory_order_release, std::memory_order_relaxed));
-    s->xfree_count.fetch_add(1, std::memory_order_release);
-    if (state == kXfreeNotify) {
-      Heap* owner = s->heap;
-      Span* head = owner->delayed.load(std::memory_order_relaxed);
-      do {
-        s->next_delayed = head;
-      } while (!owner->delayed.compare_exchange_weak(head, s, std::memory_order_release,
-                                                     std::memory_order_relaxed));
-    }
-    if (h != &g_empty_heap) h->stats.inc(HeapStat::remote_frees);
+      s->next_delayed = head;
+    } while (!owner->delayed.compare_exchange_weak(head, s, std::memory_order_release,
+                                                   std::memory_order_relaxed));
+  }
+  if (h != &g_empty_heap) h->stats.inc(HeapStat::remote_frees);
+}
+
+// Puts a (recorded) free small object on its list: local or remote.
+void small_free_list(Heap* h, Span* s, void* p) {
+  if (owner_of(s) == h) {
+    Block* b = static_cast<Block*>(p);
+    link_set(b, s->local_free);
+    s->local_free = b;
+    --s->used;
+    local_free_attention(h, s);
+  } else {
+    remote_push(h, s, p);
+  }
+}
+
+// Secure mode: a quarantined object leaves the FIFO for its free list.
+void quarantine_release(Heap* h, void* p) {
+  Span* s = g.backend.span_of(p);
+  h->quarantine_bytes -= s->obj_size;
+  small_free_list(h, s, p);
+}
+
+void quarantine_flush(Heap* h) {
+  for (unsigned k = 0; k < kQuarantineSlots; ++k) {
+    void* p = h->quarantine[k];
+    h->quarantine[k] = nullptr;
+    if (p) quarantine_release(h, p);
+  }
+  h->quarantine_next = 0;
+}
+
+// Secure mode's small free: record (double-free check), fill with 0xdf,
+// and hold in the heap's FIFO (at most kQuarantineSlots objects and
+// kQuarantineBytes) before it goes on a free list.
+void secure_free(Heap* h, Span* s, size_t i, void* p) {
+  if (owner_of(s) == h) record_local_free(s, i, p); else record_remote_free(s, i, p);
+  memset(p, 0xdf, s->obj_size);
+  if (h == &g_empty_heap) {
+    small_free_list(h, s, p);
     return;
   }
-  if (p != s->start) lm_invalid_pointer("free", p, "points inside a block");
+  unsigned k = h->quarantine_next;
+  void* oldest = h->quarantine[k];
+  h->quarantine[k] = p;
+  h->quarantine_next = (k + 1) % kQuarantineSlots;
+  h->quarantine_bytes += s->obj_size;
+  if (oldest) quarantine_release(h, oldest);
+  while (h->quarantine_bytes > kQuarantineBytes) {
+    unsigned j = h->quarantine_next;
+    void* q = h->quarantine[j];
+    h->quarantine[j] = nullptr;
+    h->quarantine_next = (j + 1) % kQuarantineSlots;
+    if (q) quarantine_release(h, q);
+  }
+}
+
+LM_NOINLINE void free_generic(Span* s, void* p) {
+  if (s->kind == SpanKind::kSmall) {
+    size_t i = block_index(s, p);
+    if (s->start + i * s->obj_size != p) lm_invalid_pointer("free", p, "points inside an object");
+    Heap* h = tl_heap;
+    if (g_secure) {
+      secure_free(h, s, i, p);
+      return;
+    }
+    if (s->heap == h) {
+      // Local free that needs attention (lm_free pushed it already): the
+      // span was full or is now empty.
+      local_free_attention(h, s);
+      return;
+    }
+    record_remote_free(s, i, p);
+    remote_push(h, s, p);
+    return;
+  }
+  if (p != block_start(s)) lm_invalid_pointer("free", p, "points inside a block");
   Heap* h = tl_heap;
   if (h != &g_empty_heap) h->stats.inc(HeapStat::large_frees);
   if (s->kind == SpanKind::kLarge) g.stats.sub(Stat::large_blocks, 1);
+  if (s->guard) pal::protect(s->start + s->bytes - kOsPageSize, kOsPageSize, true);
   release_to_backend(s);
 }
 
@@ -496,7 +748,8 @@ LM_NOINLINE void free_generic(Span* s, void* p) {
 // vm.max_map_count (65530 by default).
 constexpr uint64_t kMaxMremapMoves = 8192;
 bool move_huge(Span* s, void* q) {
-  if (g.stats.get(Stat::mremap_moves) >= kMaxMremapMoves) return false;
+  // Secure mode: blocks sit against a guard page, never moved wholesale.
+  if (g_secure || g.stats.get(Stat::mremap_moves) >= kMaxMremapMoves) return false;
   if (!pal::move_pages(s->start, s->bytes, q, option(Opt::hugepages) != 0)) return false;
   g.stats.add(Stat::mremap_moves, 1);
   g.stats.add(Stat::mremap_bytes, s->bytes);
@@ -517,7 +770,7 @@ inline Span* checked_span(const char* fn, const void* p) {
 
 inline size_t usable_of(const Span* s, const void* p) {
   if (s->kind == SpanKind::kSmall) return s->obj_size;
-  return s->bytes - size_t(static_cast<const char*>(p) - s->start);
+  return s->bytes - size_t(static_cast<const char*>(p) - s->start) - (s->guard ? kOsPageSize : 0);
 }
 
 }  // namespace
@@ -536,6 +789,8 @@ void lm_init() {
     return;
   }
   options_load(pal::environment(), report_stderr);
+  g_secure = option(Opt::secure) != 0;
+  if (g_secure) g_link_key = pal::random_seed() | 1;
   g.backend.init(&pal::linux_platform(), &g.stats, size_t(option(Opt::arena_reserve)),
                  option(Opt::hugepages) != 0);
   g.purger.init(&g.backend, &pal::linux_platform(), &g.stats);
@@ -556,11 +811,7 @@ void* lm_malloc(size_t size) {
     Heap* h = tl_heap;
     Span* s = h->direct[(size + 15) >> 4];
     Block* b = s->free;
-    if (LM_LIKELY(b)) {
-      s->free = b->next;
-      s->used++;
-      return b;
-    }
+    if (LM_LIKELY(b)) return take<false>(s, b);
   }
   return malloc_generic(size, 0, nullptr);
 }
@@ -570,7 +821,9 @@ void lm_free(void* p) {
   Span* s = checked_span("free", p);
   Heap* h = tl_heap;
   if (LM_LIKELY(s->heap == h)) {
-    if (LM_UNLIKELY(!is_block_start(s, p))) lm_invalid_pointer("free", p, "points inside an object");
+    size_t i = block_index(s, p);
+    if (LM_UNLIKELY(s->start + i * s->obj_size != p)) lm_invalid_pointer("free", p, "points inside an object");
+    record_local_free(s, i, p);
     Block* b = static_cast<Block*>(p);
     b->next = s->local_free;
     s->local_free = b;
@@ -623,14 +876,15 @@ void* lm_realloc(void* p, size_t size) {
   Span* s = checked_span("realloc", p);
   if (s->kind == SpanKind::kSmall) {
     if (!is_block_start(s, p)) lm_invalid_pointer("realloc", p, "points inside an object");
-  } else if (p != s->start) {
+    if (kChecks && recorded_free(s, block_index(s, p))) double_free("realloc", s, block_index(s, p), p);
+  } else if (p != block_start(s)) {
     lm_invalid_pointer("realloc", p, "points inside a block");
   }
   size_t old = usable_of(s, p);
   if (size <= old && (size >= old / 2 || (s->kind == SpanKind::kSmall && old <= 64))) return p;
   // Large and huge blocks grow and shrink in place where their neighbours
   // allow (large ones stay large, huge ones stay huge).
-  if (s->kind != SpanKind::kSmall && size > kMaxSmall) {
+  if (s->kind != SpanKind::kSmall && size > kMaxSmall && !s->guard) {
     SpanKind before = s->kind;
     if (g.backend.resize(s, size)) {
       if (before == SpanKind::kLarge && s->kind == SpanKind::kHuge) g.stats.sub(Stat::large_blocks, 1);
@@ -651,7 +905,9 @@ void* lm_realloc(void* p, size_t size) {
 
 void lm_thread_collect() {
   Heap* h = tl_heap;
-  if (h != &g_empty_heap) heap_collect(h, true);
+  if (h == &g_empty_heap) return;
+  quarantine_flush(h);
+  heap_collect(h, true);
 }
 
 size_t lm_purge(bool now) {

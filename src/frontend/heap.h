@@ -30,6 +30,11 @@ struct SpanQueue {
   Span* tail = nullptr;
 };
 
+// Secure mode: freed small objects wait in a per-heap FIFO before they go
+// back on a free list (delayed reuse).
+inline constexpr unsigned kQuarantineSlots = 128;
+inline constexpr size_t kQuarantineBytes = size_t(1) << 20;
+
 struct Heap {
   constexpr explicit Heap(Span* empty) {
     for (auto& d : direct) d = empty;
@@ -43,6 +48,11 @@ struct Heap {
   Heap* next_all = nullptr;         // every heap ever made
   Heap* next_pool = nullptr;        // heaps without a thread
   bool owned = false;
+  // Secure mode only.
+  void* quarantine[kQuarantineSlots] = {};
+  unsigned quarantine_next = 0;     // oldest entry (the next to leave)
+  size_t quarantine_bytes = 0;
+  uint64_t rng = 0;                 // carve shuffles (xorshift)
 };
 
 // ---- allocation API (what override/ exports under the standard names) ----

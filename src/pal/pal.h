@@ -51,6 +51,10 @@ const Platform& linux_platform();
 // to `align` (power of two).  nullptr on failure (errno preserved).
 void* map(size_t size, size_t align);
 void unmap(void* addr, size_t size);
+// mprotect: PROT_READ|PROT_WRITE, or PROT_NONE (guard pages).  false on failure.
+bool protect(void* addr, size_t size, bool accessible);
+// 64 random bits (getrandom; the clock and ASLR if it is unavailable).
+uint64_t random_seed();
 int advise(void* addr, size_t size, Advice advice);
 // process_madvise(2) on our own process for a vector of ranges; falls back to
 // madvise per range (remembering that the kernel refused) and reports the

@@ -41,6 +41,24 @@ void* map(size_t size, size_t align) {
 
 void unmap(void* addr, size_t size) { munmap(addr, size); }
 
+bool protect(void* addr, size_t size, bool accessible) {
+  int saved = errno;
+  bool ok = mprotect(addr, size, accessible ? PROT_READ | PROT_WRITE : PROT_NONE) == 0;
+  errno = saved;
+  return ok;
+}
+
+uint64_t random_seed() {
+  int saved = errno;
+  uint64_t v = 0;
+  if (syscall(SYS_getrandom, &v, sizeof v, 0) != long(sizeof v)) {
+    // No getrandom (old kernel, seccomp): the clock and an address.
+    v = now_ns() ^ (reinterpret_cast<uintptr_t>(&v) << 16);
+  }
+  errno = saved;
+  return v;
+}
+
 int advise(void* addr, size_t size, Advice advice) {
   int a = advice == Advice::kFree ? MADV_FREE : MADV_DONTNEED;
   return madvise(addr, size, a) == 0 ? 0 : errno;
