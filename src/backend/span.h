@@ -77,13 +77,18 @@ struct alignas(64) Span {
   std::atomic<uint32_t> xfree_count;
 
   // ---- double-free detection (small spans, frontend/heap.cc) ----
-  // One bit per object, outside the objects.  free_bits: written only by
-  // the owner (relaxed atomics so that remote frees may read it): 1 = free
-  // as far as the owner knows (on `free` or `local_free`, in its heap's
-  // quarantine, or never handed out).  remote_bits: set by a remote free
-  // (fetch_or), cleared by the owner when it collects the block.
-  alignas(64) std::atomic<uint64_t> free_bits[kSpanBitWords];
-  alignas(64) std::atomic<uint64_t> remote_bits[kSpanBitWords];
+  // Two bits per object, outside the objects, in words of 64 objects.
+  // free: written only by the owner (relaxed atomics so that remote frees
+  // may read it): 1 = free as far as the owner knows (on `free` or
+  // `local_free`, in its heap's quarantine, or never handed out).  remote:
+  // set by a remote free (fetch_or), cleared by the owner when it collects
+  // the block.  The two words of a group share a cache line, so the owner's
+  // free, which reads both, touches one line.
+  struct ObjBits {
+    std::atomic<uint64_t> free;
+    std::atomic<uint64_t> remote;
+  };
+  alignas(64) ObjBits bits[kSpanBitWords];
 };
 
 }  // namespace lazymalloc

@@ -140,13 +140,22 @@ inline size_t entry_index(const Span* s, const Block* b) {
 // only then is its link read.  The unlink comes before the bit is cleared,
 // so an owner stopped in between by fork() leaks the object in the child
 // rather than leaving it listed and marked live.
+// The failure path of take(), a tail call so the fast path needs no frame.
+LM_NOINLINE Block* take_failed(const Block* b) { corrupt_list(b); }
+
 template <bool kEncoded>
 LM_INLINE Block* take(Span* s, Block* b) {
   if constexpr (kChecks) {
-    size_t i = entry_index(s, b);
-    std::atomic<uint64_t>& w = s->free_bits[i >> 6];
+    uintptr_t off = reinterpret_cast<uintptr_t>(b) - reinterpret_cast<uintptr_t>(s->start);
+    size_t i = size_t((uint64_t(off) * s->div_magic) >> 40);
+    // One test for everything (the word index is masked so that a wild `b`
+    // reads inside the record): a carved object start, recorded as free.
+    std::atomic<uint64_t>& w = s->bits[(i >> 6) & (kSpanBitWords - 1)].free;
     uint64_t v = w.load(std::memory_order_relaxed), m = obj_bit(i);
-    if (LM_UNLIKELY(!(v & m))) corrupt_list(b);
+    if (LM_UNLIKELY((i >= s->reserved) | (s->start + i * s->obj_size != reinterpret_cast<const char*>(b)) |
+                    !(v & m))) {
+      return take_failed(b);
+    }
     s->free = kEncoded ? link_get(b) : b->next;
     std::atomic_signal_fence(std::memory_order_seq_cst);
     w.store(v & ~m, std::memory_order_relaxed);
@@ -159,17 +168,17 @@ LM_INLINE Block* take(Span* s, Block* b) {
 
 // True if the owner or a remote free has recorded object i as free.
 inline bool recorded_free(const Span* s, size_t i) {
-  return ((s->free_bits[i >> 6].load(std::memory_order_relaxed) |
-           s->remote_bits[i >> 6].load(std::memory_order_relaxed)) & obj_bit(i)) != 0;
+  return ((s->bits[i >> 6].free.load(std::memory_order_relaxed) |
+           s->bits[i >> 6].remote.load(std::memory_order_relaxed)) & obj_bit(i)) != 0;
 }
 
 // Owner's free of object i: aborts if it is already free (also if a remote
 // free of it is pending), else records it.  Before the push (fork, above).
 LM_INLINE void record_local_free(Span* s, size_t i, const void* p) {
   if constexpr (kChecks) {
-    std::atomic<uint64_t>& w = s->free_bits[i >> 6];
+    std::atomic<uint64_t>& w = s->bits[i >> 6].free;
     uint64_t v = w.load(std::memory_order_relaxed), m = obj_bit(i);
-    if (LM_UNLIKELY((v | s->remote_bits[i >> 6].load(std::memory_order_relaxed)) & m)) {
+    if (LM_UNLIKELY((v | s->bits[i >> 6].remote.load(std::memory_order_relaxed)) & m)) {
       double_free("free", s, i, p);
     }
     w.store(v | m, std::memory_order_relaxed);
@@ -178,15 +187,15 @@ LM_INLINE void record_local_free(Span* s, size_t i, const void* p) {
 }
 
 // Another thread's free of object i.  The fetch_or catches a second remote
-// free at once; reading free_bits after it (acquire) sees the owner's record
+// free at once; reading free bits after it (acquire) sees the owner's record
 // of every free it collected (the owner sets the free bit before it clears
 // the remote bit with release), so a remote free of an object the owner
 // already holds as free is caught too.
 inline void record_remote_free(Span* s, size_t i, const void* p) {
   if constexpr (kChecks) {
     uint64_t m = obj_bit(i);
-    if (LM_UNLIKELY(s->remote_bits[i >> 6].fetch_or(m, std::memory_order_acq_rel) & m) ||
-        LM_UNLIKELY(s->free_bits[i >> 6].load(std::memory_order_relaxed) & m)) {
+    if (LM_UNLIKELY(s->bits[i >> 6].remote.fetch_or(m, std::memory_order_acq_rel) & m) ||
+        LM_UNLIKELY(s->bits[i >> 6].free.load(std::memory_order_relaxed) & m)) {
       double_free("free", s, i, p);
     }
   }
@@ -261,12 +270,12 @@ void collect_remote(Span* s) {
     for (Block* b = list; b; b = link_get(b)) {
       size_t i = entry_index(s, b);
       uint64_t m = obj_bit(i);
-      if (LM_UNLIKELY(!(s->remote_bits[i >> 6].load(std::memory_order_relaxed) & m))) corrupt_list(b);
-      std::atomic<uint64_t>& w = s->free_bits[i >> 6];
+      if (LM_UNLIKELY(!(s->bits[i >> 6].remote.load(std::memory_order_relaxed) & m))) corrupt_list(b);
+      std::atomic<uint64_t>& w = s->bits[i >> 6].free;
       uint64_t v = w.load(std::memory_order_relaxed);
       if (LM_UNLIKELY(v & m)) double_free("free", s, i, b);
       w.store(v | m, std::memory_order_relaxed);
-      s->remote_bits[i >> 6].fetch_and(~m, std::memory_order_release);
+      s->bits[i >> 6].remote.fetch_and(~m, std::memory_order_release);
       last = b;
       ++n;
     }
@@ -392,8 +401,8 @@ Span* span_new(Heap* h, unsigned c) {
       size_t lo = size_t(w) * 64;
       uint64_t v = lo >= s->capacity ? 0 : s->capacity - lo >= 64 ? ~uint64_t(0)
                                                                   : (uint64_t(1) << (s->capacity - lo)) - 1;
-      s->free_bits[w].store(v, std::memory_order_relaxed);
-      s->remote_bits[w].store(0, std::memory_order_relaxed);
+      s->bits[w].free.store(v, std::memory_order_relaxed);
+      s->bits[w].remote.store(0, std::memory_order_relaxed);
     }
   }
   s->heap = g_secure ? reinterpret_cast<Heap*>(reinterpret_cast<uintptr_t>(h) | 1) : h;
@@ -759,6 +768,15 @@ bool move_huge(Span* s, void* q) {
   return true;
 }
 
+// The failure path of lm_free's owner fast path (a tail call): says what
+// was wrong and aborts.
+LM_NOINLINE void free_failed(Span* s, void* p) {
+  size_t i = block_index(s, p);
+  if (s->start + i * s->obj_size != p) lm_invalid_pointer("free", p, "points inside an object");
+  record_local_free(s, i, p);  // aborts: already recorded free
+  lm_invalid_pointer("free", p, "invalid free");
+}
+
 inline Span* checked_span(const char* fn, const void* p) {
   Span* s = g.backend.span_of(p);
   if (LM_UNLIKELY(!s)) {
@@ -822,8 +840,19 @@ void lm_free(void* p) {
   Heap* h = tl_heap;
   if (LM_LIKELY(s->heap == h)) {
     size_t i = block_index(s, p);
-    if (LM_UNLIKELY(s->start + i * s->obj_size != p)) lm_invalid_pointer("free", p, "points inside an object");
-    record_local_free(s, i, p);
+    if constexpr (kChecks) {
+      // One test: an object start that the owner has not recorded as free.
+      Span::ObjBits& w = s->bits[(i >> 6) & (kSpanBitWords - 1)];
+      uint64_t v = w.free.load(std::memory_order_relaxed), m = obj_bit(i);
+      if (LM_UNLIKELY((s->start + i * s->obj_size != p) |
+                      (((v | w.remote.load(std::memory_order_relaxed)) & m) != 0))) {
+        return free_failed(s, p);
+      }
+      w.free.store(v | m, std::memory_order_relaxed);
+      std::atomic_signal_fence(std::memory_order_seq_cst);
+    } else if (LM_UNLIKELY(s->start + i * s->obj_size != p)) {
+      return free_failed(s, p);
+    }
     Block* b = static_cast<Block*>(p);
     b->next = s->local_free;
     s->local_free = b;
