@@ -18,6 +18,7 @@ namespace lazymalloc {
 
 struct Heap;
 struct SlotMeta;
+struct DiscardChunk;
 
 struct Block {
   Block* next;
@@ -63,6 +64,7 @@ struct alignas(64) Span {
   Span* next_delayed;   // heap's delayed list link
   uint8_t in_full;      // on the heap's full list
   uint8_t zero;         // memory was zero when the backend handed it out
+  DiscardChunk* discard;  // large/huge spans of discardable blocks (purge/discard.h), else nullptr
 
   // ---- line 2: other threads' ----
   alignas(64) std::atomic<uintptr_t> xfree;  // remote frees: Block* | state bits

@@ -61,7 +61,10 @@ enum class OptKind : uint8_t { kBool, kInt, kSize, kMillis, kEnum };
     "failure, e.g. under RLIMIT_AS")                                                        \
   X(hugepages, kBool, 1, 0, 1, nullptr,                                                    \
     "advise arenas with MADV_HUGEPAGE so that 2 MiB slots are backed by transparent "      \
-    "hugepages where the system allows (THP 'madvise' or 'always')")
+    "hugepages where the system allows (THP 'madvise' or 'always')")                       \
+  X(discardable_limit, kSize, 0, 0, int64_t(1) << 50, nullptr,                              \
+    "most bytes of unlocked discardable blocks kept (0 = no limit): the background thread " \
+    "discards the least recently unlocked beyond it")
 
 enum class Opt : unsigned {
 #define LM_OPT_ENUM(name, kind, def, mn, mx, choices, doc) name,
