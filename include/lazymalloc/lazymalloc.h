@@ -110,6 +110,57 @@ typedef struct lazymalloc_memory_state {
 
 LAZYMALLOC_API void lazymalloc_memory_state_get(lazymalloc_memory_state* out);
 
+/* Discardable memory (docs/discardable.md): blocks whose contents the
+ * program can regenerate, which lazymalloc may drop while they are unlocked
+ * -- under memory pressure (PSI, cgroup limits, lazymalloc_pressure_notify),
+ * the soft limit, the discardable_limit option, lazymalloc_purge,
+ * malloc_trim or lazymalloc_discardable_purge -- least recently unlocked
+ * first, from the background thread where there is one.  A locked block is
+ * never discarded.  Lock and unlock make no system call and take no lock.
+ *
+ * Discarded pages read as zero (MADV_DONTNEED).  Only if the kernel refused
+ * the advice (mlocked memory) are a discarded block's contents undefined; it
+ * is reported discarded all the same.
+ *
+ * Blocks are page-granular and page-aligned; they are not malloc memory:
+ * free() and realloc() of one abort with a message.  After fork() the child
+ * has the parent's blocks in the same states; each process discards its own
+ * copy independently. */
+typedef enum lazymalloc_discardable_state {
+  /* The block was not discarded since it was last unlocked. */
+  LAZYMALLOC_DISCARDABLE_INTACT = 0,
+  /* The block was discarded: its contents are lost (zero, see above). */
+  LAZYMALLOC_DISCARDABLE_DISCARDED = 1
+} lazymalloc_discardable_state;
+
+/* A new discardable block of at least `size` bytes, LOCKED, contents
+ * undefined.  NULL with errno = ENOMEM when out of memory. */
+LAZYMALLOC_API void* lazymalloc_discardable_alloc(size_t size);
+
+/* Lock `ptr` (may be nested: a block locked n times needs n unlocks).
+ * Returns LAZYMALLOC_DISCARDABLE_INTACT or LAZYMALLOC_DISCARDABLE_DISCARDED;
+ * DISCARDED is returned to exactly one lock after each discard (nested locks
+ * of a block that is already locked return INTACT).  -1 with errno = EINVAL
+ * if `ptr` is not a discardable block, EOVERFLOW if locked 2^32-1 times. */
+LAZYMALLOC_API int lazymalloc_discardable_lock(void* ptr);
+
+/* Undo one lock; when none is left, the block may be discarded.  Returns 0,
+ * or -1 with errno = EINVAL if `ptr` is not a discardable block or is not
+ * locked. */
+LAZYMALLOC_API int lazymalloc_discardable_unlock(void* ptr);
+
+/* Free a block in any state.  Returns 0 (also for NULL), or -1 with
+ * errno = EINVAL if `ptr` is not a discardable block. */
+LAZYMALLOC_API int lazymalloc_discardable_free(void* ptr);
+
+/* Usable bytes of the block (its size rounded up to whole pages), or 0 if
+ * `ptr` is not a discardable block. */
+LAZYMALLOC_API size_t lazymalloc_discardable_size(const void* ptr);
+
+/* Discard every unlocked block now, on the calling thread.  Returns the
+ * bytes discarded. */
+LAZYMALLOC_API size_t lazymalloc_discardable_purge(void);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -18,6 +18,7 @@ namespace lazymalloc {
 
 struct Heap;
 struct SlotMeta;
+struct DiscardChunk;
 
 // Most objects in a small span (16-byte objects in one 64 KiB unit).
 inline constexpr unsigned kSpanBitWords = 4096 / 64;
@@ -68,6 +69,7 @@ struct alignas(64) Span {
   uint8_t zero;         // memory was zero when the backend handed it out
   uint8_t guard;        // large/huge (secure mode): last OS page is PROT_NONE
   size_t lead;          // large/huge: the block starts at start + lead
+  DiscardChunk* discard;  // large/huge spans of discardable blocks (purge/discard.h), else nullptr
 
   // ---- line 2: other threads' ----
   alignas(64) std::atomic<uintptr_t> xfree;  // remote frees: Block* | state bits

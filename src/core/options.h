@@ -77,7 +77,10 @@ enum class OptKind : uint8_t { kBool, kInt, kSize, kMillis, kEnum };
   X(secure, kBool, 0, 0, 1, nullptr,                                                       \
     "secure mode (read at start-up only): guard page after large and huge blocks, random " \
     "allocation order in new spans, encoded free-list links, freed objects filled with "   \
-    "0xdf and held in a per-thread quarantine before reuse")
+    "0xdf and held in a per-thread quarantine before reuse")                        \
+  X(discardable_limit, kSize, 0, 0, int64_t(1) << 50, nullptr,                              \
+    "most bytes of unlocked discardable blocks kept (0 = no limit): the background thread " \
+    "discards the least recently unlocked beyond it")
 
 enum class Opt : unsigned {
 #define LM_OPT_ENUM(name, kind, def, mn, mx, choices, doc) name,

@@ -89,7 +89,17 @@ class Writer;
   X(heaps, gauge, "thread heaps in existence (owned or pooled)")                                 \
   X(heaps_pooled, gauge, "heaps of exited threads waiting to be adopted")                        \
   X(heap_adoptions, counter, "new threads that adopted a pooled heap")                           \
-  X(thread_exits, counter, "threads whose heap went back to the pool")
+  X(thread_exits, counter, "threads whose heap went back to the pool")                           \
+  X(discardable_blocks, gauge, "live discardable blocks (lazymalloc_discardable_alloc)")          \
+  X(discardable_bytes, gauge, "bytes of live discardable blocks (page-rounded), in any state")    \
+  X(discardable_locked_bytes, gauge, "bytes of locked discardable blocks (computed when the "     \
+                                     "statistics are read)")                                      \
+  X(discardable_unlocked_bytes, gauge, "bytes of unlocked discardable blocks the engine may "     \
+                                       "discard (computed when the statistics are read)")         \
+  X(discardable_discarded_bytes, gauge, "bytes of discardable blocks discarded and not locked "   \
+                                        "since (not resident)")                                   \
+  X(discards, counter, "discardable blocks discarded (MADV_DONTNEED)")                            \
+  X(discarded_bytes, counter, "bytes of discardable blocks discarded")
 
 #define LAZYMALLOC_HEAP_STATS(X)                                                                 \
   X(span_refills, counter, "slow-path refills of a size class (new or reused span)")             \
@@ -97,7 +107,9 @@ class Writer;
   X(spans_released, counter, "empty small spans given back to the backend")                      \
   X(remote_frees, counter, "frees of objects owned by another thread's heap")                    \
   X(delayed_spans, counter, "full spans revived by another thread's free")                       \
-  X(large_frees, counter, "large and huge blocks freed")
+  X(large_frees, counter, "large and huge blocks freed")                                         \
+  X(discardable_lock_hits, counter, "discardable locks that found the contents intact")          \
+  X(discardable_lock_misses, counter, "discardable locks that found the block discarded")
 
 enum class Stat : unsigned {
 #define LM_STAT_ENUM(name, kind, doc) name,

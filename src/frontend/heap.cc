@@ -9,6 +9,7 @@
 #include "core/options.h"
 #include "pal/lock.h"
 #include "pal/pal.h"
+#include "purge/discard.h"
 #include "purge/purger.h"
 #include "purge/release.h"
 
@@ -27,6 +28,7 @@ struct Global {
   Purger purger;
   BackgroundPurger background;
   Releaser releaser;
+  Discardable discard;
   MetaPool<Heap> heap_records;
   Mutex heaps_lock;
   Heap* all_heaps = nullptr;
@@ -349,6 +351,8 @@ void release_to_backend(Span* s, bool contents_gone = false) {
       g.stats.add(Stat::huge_kept, 1);
     } else {
       g.releaser.submit(run, g.purger.release_dontneed(now), now);
+      // The eager policy gives memory back before free() returns.
+      if (option(Opt::purge) == kPurgeEager) g.releaser.help(true);
     }
   } else {
     now = g.backend.release(s, contents_gone);
@@ -491,6 +495,7 @@ void heap_thread_exit(void* arg) {
 
 void fork_prepare() {
   g.purger.fork_prepare();
+  g.discard.fork_prepare();
   g.heaps_lock.lock();
   g.heap_records.lock().lock();
   g.releaser.fork_prepare();
@@ -502,6 +507,7 @@ void fork_parent() {
   g.releaser.fork_parent();
   g.heap_records.lock().unlock();
   g.heaps_lock.unlock();
+  g.discard.fork_parent();
   g.purger.fork_parent();
 }
 
@@ -510,6 +516,7 @@ void fork_child() {
   g.releaser.fork_child();
   g.heap_records.lock().reset();
   g.heaps_lock.reset();
+  g.discard.fork_child();
   g.purger.fork_child();
   g.background.fork_child();
   g.stats.set(Stat::background_threads, 0);
@@ -741,6 +748,7 @@ LM_NOINLINE void free_generic(Span* s, void* p) {
     remote_push(h, s, p);
     return;
   }
+  if (s->discard) lm_invalid_pointer("free", p, "discardable memory (use lazymalloc_discardable_free)");
   if (p != block_start(s)) lm_invalid_pointer("free", p, "points inside a block");
   Heap* h = tl_heap;
   if (h != &g_empty_heap) h->stats.inc(HeapStat::large_frees);
@@ -814,6 +822,8 @@ void lm_init() {
   g.purger.init(&g.backend, &pal::linux_platform(), &g.stats);
   g.releaser.init(&g.backend, &g.purger, &pal::linux_platform(), &g.stats, pal::start_thread,
                   unsigned(pal::cpu_count()));
+  g.discard.init(&g.backend, &pal::linux_platform(), &g.stats);
+  g.purger.attach(&g.discard);
   g.backend.set_hard_limit(uint64_t(option(Opt::memory_limit_hard)));
   pal::register_thread_exit(heap_thread_exit);
   // Statistics at exit go to a copy of stderr taken now: programs such as
@@ -906,6 +916,8 @@ void* lm_realloc(void* p, size_t size) {
   if (s->kind == SpanKind::kSmall) {
     if (!is_block_start(s, p)) lm_invalid_pointer("realloc", p, "points inside an object");
     if (kChecks && recorded_free(s, block_index(s, p))) double_free("realloc", s, block_index(s, p), p);
+  } else if (s->discard) {
+    lm_invalid_pointer("realloc", p, "discardable memory");
   } else if (p != block_start(s)) {
     lm_invalid_pointer("realloc", p, "points inside a block");
   }
@@ -985,6 +997,7 @@ void lm_memory_state(uint64_t out[5]) {
 
 namespace {
 void snapshot(uint64_t* global, uint64_t* heap) {
+  g.discard.refresh_stats();
   for (unsigned i = 0; i < kStatCount; ++i) global[i] = g.stats.v[i].load(std::memory_order_relaxed);
   for (unsigned i = 0; i < kHeapStatCount; ++i) heap[i] = 0;
   LockGuard guard(g.heaps_lock);
@@ -1021,6 +1034,53 @@ int lm_stat_get(const char* name, uint64_t* value) {
   snapshot(global, heap);
   *value = heap_stat ? heap[index] : global[index];
   return 0;
+}
+
+// ------------------------------------------------------------ discardable memory
+
+void* lm_discardable_alloc(size_t size) {
+  lm_init();
+  void* p = g.discard.alloc(size);
+  if (!p) {
+    pal::set_errno(ENOMEM);
+    return nullptr;
+  }
+  // The discardable_limit and pressure are watched from the background thread.
+  g.background.ensure_started(&g.purger, g.backend.platform(), &g.stats);
+  return p;
+}
+
+bool lm_discardable_free(void* p) {
+  uint64_t released;
+  if (!g.discard.free(p, &released)) return false;
+  if (released) {
+    g.purger.after_release(released, g.background.ensure_started(&g.purger, g.backend.platform(), &g.stats));
+  }
+  return true;
+}
+
+int lm_discardable_lock(void* p) {
+  LockResult r = g.discard.lock(p);
+  if (LM_LIKELY(r == LockResult::kIntact || r == LockResult::kDiscarded)) {
+    // Counted per heap (no atomic read-modify-write on a shared line).
+    Heap* h = tl_heap;
+    if (LM_UNLIKELY(h == &g_empty_heap) && !tl_initializing) h = heap_for_thread();
+    if (LM_LIKELY(h && h != &g_empty_heap)) {
+      h->stats.inc(r == LockResult::kIntact ? HeapStat::discardable_lock_hits : HeapStat::discardable_lock_misses);
+    }
+    return int(r);
+  }
+  pal::set_errno(r == LockResult::kOverflow ? EOVERFLOW : EINVAL);
+  return -1;
+}
+
+bool lm_discardable_unlock(void* p) { return g.discard.unlock(p); }
+
+size_t lm_discardable_size(const void* p) { return g.discard.size(p); }
+
+size_t lm_discardable_purge() {
+  lm_init();
+  return g.discard.discard(~uint64_t(0), size_t(option(Opt::purge_batch)));
 }
 
 void lm_invalid_pointer(const char* fn, const void* p, const char* why) {

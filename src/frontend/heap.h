@@ -77,6 +77,14 @@ void lm_stats_print(bool json, int fd = 2);
 int lm_stats_fd();
 const char* lm_check_invariants();  // tests: nullptr, or the first broken invariant  // where statistics at exit go (a copy of stderr)
 int lm_stat_get(const char* name, uint64_t* value);
+// Discardable memory (purge/discard.h).  lock: 0 intact, 1 discarded, -1
+// with errno EINVAL (not a block) or EOVERFLOW.
+void* lm_discardable_alloc(size_t size);
+bool lm_discardable_free(void* p);   // false: not a block
+int lm_discardable_lock(void* p);
+bool lm_discardable_unlock(void* p);  // false: not a block or not locked
+size_t lm_discardable_size(const void* p);
+size_t lm_discardable_purge();        // discards every unlocked block now
 // Report an invalid pointer passed to `fn` and abort.
 [[noreturn]] void lm_invalid_pointer(const char* fn, const void* p, const char* why);
 

@@ -108,6 +108,26 @@ LAZYMALLOC_API void lazymalloc_memory_state_get(lazymalloc_memory_state* out) {
   out->clean = v[4];
 }
 
+LAZYMALLOC_API void* lazymalloc_discardable_alloc(size_t size) { return lm_discardable_alloc(size); }
+
+LAZYMALLOC_API int lazymalloc_discardable_lock(void* p) { return lm_discardable_lock(p); }
+
+LAZYMALLOC_API int lazymalloc_discardable_unlock(void* p) {
+  if (LM_LIKELY(lm_discardable_unlock(p))) return 0;
+  errno = EINVAL;
+  return -1;
+}
+
+LAZYMALLOC_API int lazymalloc_discardable_free(void* p) {
+  if (!p || lm_discardable_free(p)) return 0;
+  errno = EINVAL;
+  return -1;
+}
+
+LAZYMALLOC_API size_t lazymalloc_discardable_size(const void* p) { return lm_discardable_size(p); }
+
+LAZYMALLOC_API size_t lazymalloc_discardable_purge(void) { return lm_discardable_purge(); }
+
 }  // extern "C"
 
 namespace {

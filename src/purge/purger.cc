@@ -124,6 +124,7 @@ size_t Purger::purge_all(bool dontneed) {
     size_t bytes = batch.bytes;
     if (advise_batch(&batch, dontneed)) total += bytes;
   } while (cursor.arena);
+  if (discard_) total += discard_->discard(~uint64_t(0), sel.max_range);
   return total;
 }
 
@@ -159,6 +160,8 @@ size_t Purger::relieve(uint64_t bytes) {
     }
     if (!cursor.arena) break;
   }
+  // ...then unlocked discardable blocks, least recently unlocked first.
+  if (discard_ && total < bytes) total += discard_->discard(bytes - total, sel.max_range);
   stats_->add(Stat::pressure_purged_bytes, total);
   last_pressure_ns_.store(sel.now_ns ? sel.now_ns : 1, std::memory_order_relaxed);
   return size_t(total);
@@ -168,7 +171,14 @@ void Purger::tick(uint64_t now) {
   uint64_t soft = uint64_t(option(Opt::memory_limit));
   PressureRequest req = pressure_.check(now, soft ? footprint() : 0, soft);
   if (req.bytes) relieve(req.bytes);
+  discard_excess();
   decay_pass(now);
+}
+
+size_t Purger::discard_excess() {
+  uint64_t limit = uint64_t(option(Opt::discardable_limit));
+  if (!discard_ || !limit) return 0;
+  return discard_->discard_down_to(limit, size_t(option(Opt::purge_batch)));
 }
 
 void Purger::after_release(uint64_t now, bool background_running) {
@@ -190,6 +200,7 @@ void Purger::after_release(uint64_t now, bool background_running) {
     if (now - last < interval) return;
     if (!last_inline_ns_.compare_exchange_strong(last, now, std::memory_order_relaxed)) return;
     stats_->add(Stat::inline_purges, 1);
+    discard_excess();
   }
   decay_pass(now);
 }

@@ -25,6 +25,7 @@
 #include "core/options.h"
 #include "pal/lock.h"
 #include "pal/pal.h"
+#include "purge/discard.h"
 #include "purge/pressure.h"
 
 namespace lazymalloc {
@@ -38,6 +39,9 @@ class Purger {
     platform_ = platform;
     stats_ = stats;
   }
+  // Unlocked discardable blocks are discarded by relieve(), purge_all() and
+  // the discardable_limit (tick, or inline without a background thread).
+  void attach(Discardable* discard) { discard_ = discard; }
   // Finds the pressure sources (reads /proc and cgroup files).  Called once
   // the background thread starts, not at start-up.
   void init_pressure() { pressure_.init(platform_, stats_, option(Opt::pressure) != 0); }
@@ -45,22 +49,28 @@ class Purger {
   // Purges what the policy says has decayed by `now`.  Returns bytes purged.
   size_t decay_pass(uint64_t now);
   // Purges every free byte: LAZY with MADV_FREE (dontneed == false), or
-  // CLEAN with MADV_DONTNEED (also turning LAZY memory CLEAN).
+  // CLEAN with MADV_DONTNEED (also turning LAZY memory CLEAN); then discards
+  // every unlocked discardable block.
   size_t purge_all(bool dontneed);
   // Purges up to `bytes` (~0: all) with MADV_DONTNEED, oldest RETAINED first,
-  // then LAZY; counts it as pressure relief.  Returns bytes purged.
+  // then LAZY, then unlocked discardable blocks, least recently unlocked
+  // first; counts it as pressure relief.  Returns bytes purged.
   size_t relieve(uint64_t bytes);
-  // One background-thread tick: pressure, limits, then decay.
+  // One background-thread tick: pressure, limits (discardable_limit too),
+  // then decay.
   void tick(uint64_t now);
   // Called (with no lock held) after memory was released to the backend.
   // Enforces the soft limit, runs eager purges, or inline decay when there
   // is no background thread.
   void after_release(uint64_t now, bool background_running);
 
-  // Bytes the allocator holds from the kernel's point of view.
+  // Bytes the allocator holds from the kernel's point of view (discarded
+  // discardable blocks are active but not resident).
   uint64_t footprint() const {
     MemoryState m = backend_->memory_state();
-    return m.active + m.retained + m.lazy;
+    uint64_t held = m.active + m.retained + m.lazy;
+    uint64_t gone = discard_ ? discard_->discarded_bytes() : 0;
+    return held > gone ? held - gone : 0;
   }
   PressureMonitor& pressure() { return pressure_; }
 
@@ -88,10 +98,13 @@ class Purger {
   bool advise_batch(PurgeBatch* batch, bool dontneed);
   bool decay_uses_dontneed() const;
   bool pressure_recent(uint64_t now) const;
+  // Enforces Opt::discardable_limit.
+  size_t discard_excess();
 
   Backend* backend_ = nullptr;
   const Platform* platform_ = nullptr;
   Stats* stats_ = nullptr;
+  Discardable* discard_ = nullptr;
   Mutex lock_;  // one purge pass at a time
   PressureMonitor pressure_;
   std::atomic<bool> free_unsupported_{false};

@@ -105,6 +105,19 @@ inline size_t FindNonZero(const void* p, size_t n) {
   return SIZE_MAX;
 }
 
+// A small deterministic xorshift generator for the stress tests.
+struct Rng {
+  uint64_t s;
+  explicit Rng(uint64_t seed) : s(Mix64(seed) | 1) {}
+  uint64_t Next() {
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
+    return s;
+  }
+  size_t Below(size_t n) { return static_cast<size_t>(Next() % n); }
+};
+
 // LAZYMALLOC_TEST_SCALE (default 1.0) multiplies the iteration counts of
 // the long tests; sanitizer builds set it lower.
 inline double TestScale() {

@@ -22,17 +22,7 @@ using lmt::FindPatternMismatch;
 constexpr size_t KiB = 1024;
 constexpr size_t MiB = 1024 * KiB;
 
-struct Rng {
-  uint64_t s;
-  explicit Rng(uint64_t seed) : s(lmt::Mix64(seed) | 1) {}
-  uint64_t Next() {
-    s ^= s << 13;
-    s ^= s >> 7;
-    s ^= s << 17;
-    return s;
-  }
-  size_t Below(size_t n) { return static_cast<size_t>(Next() % n); }
-};
+using lmt::Rng;
 
 // Sizes from 1 B to 1 MiB, mostly small, with a few larger blocks.
 size_t PickSize(Rng& r) {
