@@ -33,6 +33,7 @@ struct Global {
 };
 constinit Global g;
 int g_stats_fd = 2;
+const Platform* g_platform = nullptr;  // the Linux platform unless a test sets one
 
 __attribute__((tls_model("initial-exec"))) thread_local Heap* tl_heap = &g_empty_heap;
 __attribute__((tls_model("initial-exec"))) thread_local bool tl_initializing = false;
@@ -341,7 +342,7 @@ Heap* heap_for_thread() {
       g.stats.sub(Stat::heaps_pooled, 1);
       g.stats.add(Stat::heap_adoptions, 1);
     } else {
-      h = g.heap_records.alloc(&g.stats);
+      h = g.heap_records.alloc(*g.backend.platform(), &g.stats);
       if (!h) return nullptr;
       new (h) Heap(&g_empty_span);
       h->next_all = g.all_heaps;
@@ -482,6 +483,13 @@ int lm_stats_fd() { return g_stats_fd; }
 
 const char* lm_check_invariants() { return g.backend.check_invariants(); }
 
+void lm_set_platform(const Platform* platform) {
+  g_platform = platform;
+  if (g.init_state.load(std::memory_order_acquire) != 2) return;
+  g.backend.init(platform, &g.stats, size_t(option(Opt::arena_reserve)), option(Opt::hugepages) != 0);
+  g.purger.init(&g.backend, platform, &g.stats);
+}
+
 void lm_init() {
   if (LM_LIKELY(g.init_state.load(std::memory_order_acquire) == 2)) return;
   int expected = 0;
@@ -490,9 +498,9 @@ void lm_init() {
     return;
   }
   options_load(pal::environment(), report_stderr);
-  g.backend.init(&pal::linux_platform(), &g.stats, size_t(option(Opt::arena_reserve)),
-                 option(Opt::hugepages) != 0);
-  g.purger.init(&g.backend, &pal::linux_platform(), &g.stats);
+  if (!g_platform) g_platform = &pal::linux_platform();
+  g.backend.init(g_platform, &g.stats, size_t(option(Opt::arena_reserve)), option(Opt::hugepages) != 0);
+  g.purger.init(&g.backend, g_platform, &g.stats);
   g.backend.set_hard_limit(uint64_t(option(Opt::memory_limit_hard)));
   pal::register_thread_exit(heap_thread_exit);
   // Statistics at exit go to a copy of stderr taken now: programs such as

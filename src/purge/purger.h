@@ -64,6 +64,7 @@ class Purger {
   }
   PressureMonitor& pressure() { return pressure_; }
   bool free_unsupported() const { return free_unsupported_.load(std::memory_order_relaxed); }
+  bool vector_unsupported() const { return vector_refused_.load(std::memory_order_relaxed); }
 
   void fork_prepare() { lock_.lock(); }
   void fork_parent() { lock_.unlock(); }
@@ -73,6 +74,10 @@ class Purger {
   // REQUIRES: lock_ held.  Advises every range of the batch, then settles it.
   // Returns false if the kernel refused any range (the batch stays RETAINED).
   bool advise_batch(PurgeBatch* batch, bool dontneed);
+  // Gives the kernel a batch's ranges: one process_madvise(2) where the
+  // kernel takes it, else (for good once it refuses the call) one madvise
+  // per range.  Returns 0 or an errno value; *calls gets the system calls.
+  int advise_ranges(const PurgeBatch* batch, Advice advice, unsigned* calls);
   bool decay_uses_dontneed() const;
 
   Backend* backend_ = nullptr;
@@ -81,6 +86,7 @@ class Purger {
   Mutex lock_;  // one purge pass at a time
   PressureMonitor pressure_;
   std::atomic<bool> free_unsupported_{false};
+  std::atomic<bool> vector_refused_{false};
   std::atomic<uint64_t> last_inline_ns_{0};
 };
 
