@@ -131,12 +131,16 @@ TEST_F(FaultTest, ArenaRecordMappingFailsWithoutLeakingTheReservation) {
   backend->release(s);
 }
 
-// An address range of `size` bytes, `size`-aligned, ending at a multiple of
-// 16 GiB (a page map leaf's reach) that nothing is mapped at, or 0.
-uintptr_t free_range_before_leaf_boundary(size_t size) {
+// An address range of `size` bytes that straddles a multiple of 16 GiB (a
+// page map leaf's reach) and that nothing is mapped at, or 0.  Searched
+// below where the kernel puts mappings now (addresses sanitizers allow).
+uintptr_t free_range_across_leaf_boundary(size_t size) {
   constexpr uintptr_t kLeafReach = uintptr_t(kPageMapLeafSize) << kSlotShift;  // 16 GiB
-  for (uintptr_t boundary = uintptr_t(0x500) << 36; boundary < (uintptr_t(0x700) << 36);
-       boundary += 64 * kLeafReach) {
+  void* probe = mmap(nullptr, 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (probe == MAP_FAILED) return 0;
+  munmap(probe, 4096);
+  uintptr_t boundary = reinterpret_cast<uintptr_t>(probe) & ~(kLeafReach - 1);
+  for (int k = 0; k < 64 && boundary > kLeafReach; ++k, boundary -= kLeafReach) {
     void* want = reinterpret_cast<void*>(boundary - size / 2);
     void* p = mmap(want, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE,
                    -1, 0);
@@ -150,7 +154,7 @@ uintptr_t free_range_before_leaf_boundary(size_t size) {
 TEST_F(FaultTest, PageMapLeafFailureUnregistersTheSlotsAlreadyEntered) {
   // A 64 MiB arena straddling a leaf boundary: its first 16 slots go into
   // one leaf (mapped), the other 16 need a second leaf, whose mapping fails.
-  uintptr_t at = free_range_before_leaf_boundary(64 * kMiB);
+  uintptr_t at = free_range_across_leaf_boundary(64 * kMiB);
   ASSERT_NE(at, 0u) << "no free address range found for the test";
   fake.map_fault.only_size = kPageMapLeafSize * sizeof(SlotMeta*);
   fake.map_fault.fail_nth(2);
