@@ -75,6 +75,9 @@ glib_suite() {
   echo "run-suites: GLib $(dpkg-query -W -f='${Version}' libglib2.0-tests) installed tests, -p$jobs"
   glib_run glibc
   glib_run lazymalloc LD_PRELOAD="$lib"
+  # As root, fileutils.test's g_mkdir_with_parents("/usr/b/c", 0) succeeds
+  # (it expects EACCES, so it fails in both runs) and leaves the directories.
+  if [[ $(id -u) -eq 0 ]]; then rmdir /usr/b/c /usr/b 2>/dev/null || true; fi
   local regress=() flaky=() t
   # A test's last verdict wins (the runner prints failures again at the end).
   for t in $(awk '$1 == "PASS:" {print $2}' "$out/glib-glibc.log" | sort -u); do
