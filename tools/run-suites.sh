@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Runs real programs' own test suites with and without lazymalloc preloaded
 # and compares them test by test: CPython's regression tests (Debian's
-# libpython3.11-testsuite, run by the system /usr/bin/python3.11).
+# libpython3.11-testsuite, run by the system /usr/bin/python3.11), and
+# GLib's own test suite (Debian's libglib2.0-tests, 287 installed tests run
+# by gnome-desktop-testing-runner).
 #
 # Usage: tools/run-suites.sh [test_name ...]    (default: the list below)
+#   SUITES             which suites (default: "python glib")
 #   SUITES_BUILD_DIR   build tree (default: build); the library is
 #                      $SUITES_BUILD_DIR/liblazymalloc.so
 #   SUITES_JOBS        regrtest -j (default 2)
@@ -16,7 +19,8 @@
 # 2 if the setup fails, else 0.
 #
 # sqlite3's and git's own suites are not run: Debian ships neither (they need
-# the source trees: sqlite's TCL testfixture, git's t/ directory), and
+# the source trees: sqlite's TCL testfixture, git's t/ directory; no
+# deb-src here either), and
 # Debian's libpython3.11-testsuite lacks test_sqlite3.  --timeout 300 bounds
 # a hung test (regrtest kills it and reports it failed).
 set -euo pipefail
@@ -25,6 +29,7 @@ cd "$root"
 build=${SUITES_BUILD_DIR:-build}
 jobs=${SUITES_JOBS:-2}
 pymalloc=${SUITES_PYTHONMALLOC-malloc}
+suites=${SUITES:-python glib}
 out=${SUITES_OUT:-$build/suites}
 py=/usr/bin/python3.11
 
@@ -48,17 +53,61 @@ cmake --build "$build" -j2 --target lazymalloc >/dev/null
 [[ -f "$lib" ]] || { echo "run-suites: $lib was not built" >&2; exit 2; }
 lib=$(cd "$(dirname "$lib")" && pwd)/$(basename "$lib")
 
-# ---- CPython's test suite ----
-tools/deps.sh --require python3.11 libpython3.11-testsuite || exit 2
-[[ -x $py ]] || { echo "run-suites: $py missing" >&2; exit 2; }
-
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
+status=0
+
+# ---- GLib's test suite ----
+# Each runner's own log names every test PASS, FAIL or SKIP; a test that
+# passes plain and fails preloaded is re-run once alone (flaky or not).
+glib_run() {  # name, extra env...
+  local name=$1 t0
+  shift
+  t0=$(date +%s)
+  rm -rf "$out/glib-$name"
+  (cd "$out" && env "$@" timeout 1800 gnome-desktop-testing-runner --parallel="$jobs" --timeout=300 \
+     --log-directory="$out/glib-$name" glib) >"$out/glib-$name.log" 2>&1 || true
+  echo "run-suites: glib $name: $(grep -c '^PASS' "$out/glib-$name.log") passed," \
+    "$(grep -c '^FAIL' "$out/glib-$name.log") failed in $(( $(date +%s) - t0 )) s (log $out/glib-$name.log)"
+}
+glib_suite() {
+  tools/deps.sh --require libglib2.0-tests gnome-desktop-testing || return 2
+  echo "run-suites: GLib $(dpkg-query -W -f='${Version}' libglib2.0-tests) installed tests, -p$jobs"
+  glib_run glibc
+  glib_run lazymalloc LD_PRELOAD="$lib"
+  # As root, fileutils.test's g_mkdir_with_parents("/usr/b/c", 0) succeeds
+  # (it expects EACCES, so it fails in both runs) and leaves the directories.
+  if [[ $(id -u) -eq 0 ]]; then rmdir /usr/b/c /usr/b 2>/dev/null || true; fi
+  local regress=() flaky=() t
+  # A test's last verdict wins (the runner prints failures again at the end).
+  for t in $(awk '$1 == "PASS:" {print $2}' "$out/glib-glibc.log" | sort -u); do
+    grep -q "^PASS: $t\$" "$out/glib-lazymalloc.log" && continue
+    if (cd "$out" && LD_PRELOAD="$lib" gnome-desktop-testing-runner --timeout=300 "$t" >/dev/null 2>&1); then
+      flaky+=("$t")
+    else
+      regress+=("$t")
+    fi
+  done
+  echo "run-suites: glib without preload: $(grep -E '^(FAIL|SKIP):' "$out/glib-glibc.log" | sort -u | tr '\n' ' ')"
+  echo "run-suites: glib with preload:    $(grep -E '^(FAIL|SKIP):' "$out/glib-lazymalloc.log" | sort -u | tr '\n' ' ')"
+  ((${#flaky[@]})) && echo "run-suites: glib flaky under preload (passed alone): ${flaky[*]}"
+  if ((${#regress[@]})); then
+    echo "run-suites: glib REGRESSIONS (pass without lazymalloc, fail with it): ${regress[*]}"
+    return 1
+  fi
+  echo "run-suites: glib: no regressions"
+}
+
+# ---- CPython's test suite ----
+python_suite() {
+tools/deps.sh --require python3.11 libpython3.11-testsuite || return 2
+[[ -x $py ]] || { echo "run-suites: $py missing" >&2; return 2; }
+
 # Is lazymalloc really the malloc of a preloaded python3.11?
 ver=$(LD_PRELOAD=$lib $py -c 'import ctypes
 f = ctypes.CDLL(None).lazymalloc_version
 f.restype = ctypes.c_char_p
-print(f().decode())') || { echo "run-suites: python3.11 does not start with $lib preloaded" >&2; exit 2; }
+print(f().decode())') || { echo "run-suites: python3.11 does not start with $lib preloaded" >&2; return 2; }
 
 echo "run-suites: $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPUs, Linux $(uname -r), $($py -V 2>&1)"
 echo "run-suites: lazymalloc $ver ($lib), PYTHONMALLOC=${pymalloc:-<default>}, ${#tests[@]} tests, -j$jobs"
@@ -152,3 +201,15 @@ if hard:
     sys.exit(1)
 print("no regressions" + (f" (flaky under preload, passed on re-run: {' '.join(flaky)})" if flaky else ""))
 EOF
+}
+
+for suite in $suites; do
+  rc=0
+  case $suite in
+    python) python_suite || rc=$? ;;
+    glib) glib_suite || rc=$? ;;
+    *) echo "run-suites: unknown suite $suite" >&2; rc=2 ;;
+  esac
+  ((rc > status)) && status=$rc
+done
+exit $status

@@ -2,10 +2,13 @@
 # Builds lazymalloc and runs every test: unit (fake platform), API
 # conformance, stress, fork and thread churn, LD_PRELOAD runs of real
 # programs, the benchmark harness's tests; then the unit and stress tests
-# again under ThreadSanitizer and UndefinedBehaviorSanitizer.
+# again under ThreadSanitizer and UndefinedBehaviorSanitizer; then a bounded
+# libFuzzer run (ASan + UBSan) of tests/fuzz/fuzz_malloc when clang can link
+# libFuzzer (a crash, hang or sanitizer report fails the run).
 #
 # Usage: tools/test.sh [--no-sanitizers] [ctest args...]
-# Environment: BUILD_DIR (default build), JOBS (default nproc).
+# Environment: BUILD_DIR (default build), JOBS (default nproc),
+#   FUZZ_SECONDS (default 60; 0 skips the fuzz run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 sanitizers=1
@@ -36,5 +39,21 @@ if ((sanitizers)); then
     TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" UBSAN_OPTIONS="halt_on_error=1 print_stacktrace=1" \
       ctest --test-dir "$dir" --output-on-failure -j"$jobs" --timeout 900 -R '^(unit|stress|fuzz)\.' -E "$exclude"
   done
+  fuzz_secs=${FUZZ_SECONDS:-60}
+  probe=$(mktemp -d)
+  if ((fuzz_secs > 0)) && command -v clang++ >/dev/null &&
+     echo 'extern "C" int LLVMFuzzerTestOneInput(const unsigned char*, unsigned long) { return 0; }' |
+       clang++ -x c++ -fsanitize=fuzzer - -o "$probe/probe" 2>/dev/null; then
+    echo "=== fuzz: ${fuzz_secs} s of libFuzzer with ASan and UBSan ==="
+    fuzz_start=$(date +%s)
+    # libFuzzer replays its whole corpus before the time limit applies (about
+    # 4 inputs/s): start from the committed seeds so the run stays bounded.
+    rm -rf "$build-fuzz/corpus"
+    FUZZ_BUILD_DIR="$build-fuzz" FUZZ_JOBS="$jobs" tests/fuzz/run.sh "$fuzz_secs"
+    echo "fuzz: build and run took $(( $(date +%s) - fuzz_start )) s"
+  elif ((fuzz_secs > 0)); then
+    echo "=== fuzz: skipped (no clang++ that links -fsanitize=fuzzer; Debian: clang libclang-rt-14-dev) ==="
+  fi
+  rm -rf "$probe"
 fi
 echo "all tests passed in $(( $(date +%s) - start )) s"

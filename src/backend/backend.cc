@@ -33,7 +33,7 @@ bool Backend::owns_address(const void* p) const {
   return leaf[slot & (kLeafSize - 1)] != &g_no_slot;
 }
 
-Span* Backend::new_span() { return spans_.alloc(stats_); }
+Span* Backend::new_span() { return spans_.alloc(*platform_, stats_); }
 
 // ---------------------------------------------------------------- arenas
 
@@ -41,15 +41,29 @@ bool Backend::register_arena(Arena* a) {
   uintptr_t first = a->base >> kSlotShift;
   for (size_t i = 0; i < a->nslots; ++i) {
     uintptr_t idx = first + i;
-    if (idx >= (uintptr_t(1) << (kAddressBits - kSlotShift))) return false;
-    SlotMeta** leaf = const_cast<SlotMeta**>(root_[idx >> kLeafBits]);
+    SlotMeta** leaf = idx < (uintptr_t(1) << (kAddressBits - kSlotShift))
+                          ? const_cast<SlotMeta**>(root_[idx >> kLeafBits])
+                          : nullptr;
     if (leaf == g_empty_leaf.entries) {
-      leaf = static_cast<SlotMeta**>(pal::map(kLeafSize * sizeof(SlotMeta*), 4096));
-      if (!leaf) return false;
-      for (size_t e = 0; e < kLeafSize; ++e) leaf[e] = &g_no_slot;
+      leaf = static_cast<SlotMeta**>(platform_->map(platform_->ctx, kLeafSize * sizeof(SlotMeta*)));
       stats_->add(Stat::mmap_calls, 1);
-      stats_->add(Stat::metadata_bytes, kLeafSize * sizeof(SlotMeta*));
-      __atomic_store_n(&root_[idx >> kLeafBits], leaf, __ATOMIC_RELEASE);
+      if (leaf) {
+        for (size_t e = 0; e < kLeafSize; ++e) leaf[e] = &g_no_slot;
+        stats_->add(Stat::metadata_bytes, kLeafSize * sizeof(SlotMeta*));
+        __atomic_store_n(&root_[idx >> kLeafBits], leaf, __ATOMIC_RELEASE);
+      } else {
+        stats_->add(Stat::mmap_failures, 1);
+      }
+    }
+    if (!leaf) {
+      // Out of the address range or of memory for a leaf: forget the slots
+      // registered so far, whose records the caller is about to unmap (the
+      // leaves stay, for later arenas).
+      for (size_t j = 0; j < i; ++j) {
+        uintptr_t k = first + j;
+        const_cast<SlotMeta**>(root_[k >> kLeafBits])[k & (kLeafSize - 1)] = &g_no_slot;
+      }
+      return false;
     }
     leaf[idx & (kLeafSize - 1)] = &a->slots[i];
   }
@@ -75,31 +89,31 @@ Arena* Backend::add_arena(size_t min_slots, size_t align) {
   }
   size_t nslots = want / kSlotSize;
   size_t meta_bytes = align_up(nslots * sizeof(SlotMeta), 4096);
-  auto* slots = static_cast<SlotMeta*>(pal::map(meta_bytes, 4096));
-  Arena* a = slots ? arena_records_.alloc(stats_) : nullptr;
+  auto* slots = static_cast<SlotMeta*>(platform_->map(platform_->ctx, meta_bytes));
+  stats_->add(Stat::mmap_calls, 1);
+  if (!slots) stats_->add(Stat::mmap_failures, 1);
+  Arena* a = slots ? arena_records_.alloc(*platform_, stats_) : nullptr;
+  if (a) {
+    a->base = reinterpret_cast<uintptr_t>(p);
+    a->nslots = nslots;
+    a->slots = slots;
+    for (size_t i = 0; i < nslots; ++i) {
+      slots[i].arena = a;
+      slots[i].base = a->base + i * kSlotSize;
+    }
+    if (!register_arena(a)) {
+      arena_records_.free(a);
+      a = nullptr;
+    }
+  }
   if (!a) {
     // Out of memory for metadata: give the reservation back.
-    if (slots) pal::unmap(slots, meta_bytes);
-    pal::unmap(p, want);
-    stats_->add(Stat::mmap_failures, 1);
+    if (slots) platform_->unmap(platform_->ctx, slots, meta_bytes);
+    platform_->unmap(platform_->ctx, p, want);
     return nullptr;
   }
-  stats_->add(Stat::mmap_calls, 1);
   stats_->add(Stat::metadata_bytes, meta_bytes);
-  a->base = reinterpret_cast<uintptr_t>(p);
-  a->nslots = nslots;
-  a->slots = slots;
-  for (size_t i = 0; i < nslots; ++i) {
-    slots[i].arena = a;
-    slots[i].base = a->base + i * kSlotSize;
-  }
-  if (!register_arena(a)) {
-    pal::unmap(slots, meta_bytes);
-    pal::unmap(p, want);
-    arena_records_.free(a);
-    return nullptr;
-  }
-  if (hugepages_) pal::advise_hugepage(p, want, true);
+  if (hugepages_) platform_->advise_hugepage(platform_->ctx, p, want, true);
   a->next = arenas_;
   arenas_ = a;
   stats_->add(Stat::arenas, 1);

@@ -16,8 +16,9 @@ class MetaPool {
  public:
   constexpr MetaPool() = default;
 
-  // Zero-filled record, or nullptr when no memory is left.
-  T* alloc(Stats* stats) {
+  // Zero-filled record, or nullptr when no memory is left.  New chunks come
+  // from platform.map.
+  T* alloc(const Platform& platform, Stats* stats) {
     LockGuard g(lock_);
     if (free_) {
       Node* n = free_;
@@ -26,15 +27,13 @@ class MetaPool {
       return reinterpret_cast<T*>(n);
     }
     if (size_t(end_ - bump_) < kRecord) {
-      void* chunk = pal::map(kChunk, 4096);
+      void* chunk = platform.map(platform.ctx, kChunk);
+      if (stats) stats->add(Stat::mmap_calls, 1);
       if (!chunk) {
         if (stats) stats->add(Stat::mmap_failures, 1);
         return nullptr;
       }
-      if (stats) {
-        stats->add(Stat::mmap_calls, 1);
-        stats->add(Stat::metadata_bytes, kChunk);
-      }
+      if (stats) stats->add(Stat::metadata_bytes, kChunk);
       bump_ = static_cast<char*>(chunk);
       end_ = bump_ + kChunk;
     }

@@ -47,6 +47,7 @@ class Writer;
   X(purge_dontneed_bytes, counter, "bytes given back with MADV_DONTNEED")                        \
   X(purge_failures, counter, "madvise calls the kernel refused")                                 \
   X(purge_free_unsupported, counter, "1 once the kernel refused MADV_FREE (then MADV_DONTNEED is used)") \
+  X(purge_vector_unsupported, counter, "1 once the kernel refused process_madvise (then one madvise per range)") \
   X(purge_ns, counter, "nanoseconds spent inside madvise for purging")                           \
   X(refaults, counter, "reuses of purged memory sooner than its slot's decay time (each doubles "  \
                        "that slot's decay: hysteresis)")                                          \
@@ -66,6 +67,7 @@ class Writer;
   X(purge_passes, counter, "purge passes run (background, inline, trim, explicit)")              \
   X(background_wakeups, counter, "times the background thread woke up")                          \
   X(background_threads, gauge, "background purge threads running")                               \
+  X(background_start_failures, counter, "background threads that could not be created (decay then runs inline)") \
   X(inline_purges, counter, "decay purges run inline from free() (no background thread)")        \
   X(huge_kept, counter, "huge blocks freed and kept RETAINED for reuse (within huge_retain)")    \
   X(huge_released, counter, "huge blocks freed and handed to the release workers at once")       \

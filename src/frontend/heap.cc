@@ -39,6 +39,10 @@ constinit Global g;
 int g_stats_fd = 2;
 bool g_secure = false;    // Opt::secure, fixed by lm_init before any span exists
 uint64_t g_link_key = 0;  // secure mode: free-list links are xor'ed with it
+const Platform* g_platform = nullptr;  // the Linux platform unless a test sets one
+bool start_platform_thread(void* (*fn)(void*), void* arg) {
+  return g_platform->start_thread(g_platform->ctx, fn, arg);
+}
 
 __attribute__((tls_model("initial-exec"))) thread_local Heap* tl_heap = &g_empty_heap;
 __attribute__((tls_model("initial-exec"))) thread_local bool tl_initializing = false;
@@ -543,7 +547,7 @@ Heap* heap_for_thread() {
       g.stats.sub(Stat::heaps_pooled, 1);
       g.stats.add(Stat::heap_adoptions, 1);
     } else {
-      h = g.heap_records.alloc(&g.stats);
+      h = g.heap_records.alloc(*g.backend.platform(), &g.stats);
       if (!h) return nullptr;
       new (h) Heap(&g_empty_span);
       if (g_secure) h->rng = pal::random_seed() | 1;
@@ -807,6 +811,13 @@ int lm_stats_fd() { return g_stats_fd; }
 
 const char* lm_check_invariants() { return g.backend.check_invariants(); }
 
+void lm_set_platform(const Platform* platform) {
+  g_platform = platform;
+  if (g.init_state.load(std::memory_order_acquire) != 2) return;
+  g.backend.init(platform, &g.stats, size_t(option(Opt::arena_reserve)), option(Opt::hugepages) != 0);
+  g.purger.init(&g.backend, platform, &g.stats);
+}
+
 void lm_init() {
   if (LM_LIKELY(g.init_state.load(std::memory_order_acquire) == 2)) return;
   int expected = 0;
@@ -815,14 +826,14 @@ void lm_init() {
     return;
   }
   options_load(pal::environment(), report_stderr);
+  if (!g_platform) g_platform = &pal::linux_platform();
   g_secure = option(Opt::secure) != 0;
   if (g_secure) g_link_key = pal::random_seed() | 1;
-  g.backend.init(&pal::linux_platform(), &g.stats, size_t(option(Opt::arena_reserve)),
-                 option(Opt::hugepages) != 0);
-  g.purger.init(&g.backend, &pal::linux_platform(), &g.stats);
-  g.releaser.init(&g.backend, &g.purger, &pal::linux_platform(), &g.stats, pal::start_thread,
+  g.backend.init(g_platform, &g.stats, size_t(option(Opt::arena_reserve)), option(Opt::hugepages) != 0);
+  g.purger.init(&g.backend, g_platform, &g.stats);
+  g.releaser.init(&g.backend, &g.purger, g_platform, &g.stats, start_platform_thread,
                   unsigned(pal::cpu_count()));
-  g.discard.init(&g.backend, &pal::linux_platform(), &g.stats);
+  g.discard.init(&g.backend, g_platform, &g.stats);
   g.purger.attach(&g.discard);
   g.backend.set_hard_limit(uint64_t(option(Opt::memory_limit_hard)));
   pal::register_thread_exit(heap_thread_exit);

@@ -75,6 +75,10 @@ void lm_memory_state(uint64_t out[5]);
 size_t lm_stats_write(char* buf, size_t len, bool json);
 void lm_stats_print(bool json, int fd = 2);
 int lm_stats_fd();
+// Tests: every OS effect of the process-wide allocator goes through
+// `platform` from now on (a fake one injects faults); arenas already
+// reserved stay valid.
+void lm_set_platform(const Platform* platform);
 const char* lm_check_invariants();  // tests: nullptr, or the first broken invariant  // where statistics at exit go (a copy of stderr)
 int lm_stat_get(const char* name, uint64_t* value);
 // Discardable memory (purge/discard.h).  lock: 0 intact, 1 discarded, -1

@@ -21,19 +21,19 @@ struct AdviseRange {
   size_t len;
 };
 
-// What policy code needs from the operating system.  The real one is
-// pal::linux_platform(); tests pass a fake with a manual clock that records
-// every call and serves canned /proc and cgroup files.
+// What the allocator needs from the operating system: every effect the
+// backend, the purger and the frontend depend on goes through one of these.
+// The real one is pal::linux_platform(); tests pass a fake with a manual
+// clock that records every call, serves canned /proc and cgroup files and
+// can be told to fail any of them (tests/unit/fake_platform.h).
 struct Platform {
   void* ctx;
   // Reserve `size` bytes aligned to `align` (a power of two >= 4 KiB),
   // readable and writable, not committed.  nullptr on failure.
   void* (*reserve)(void* ctx, size_t size, size_t align);
-  // Give ranges back: one process_madvise(2) call for the whole vector where
-  // the kernel takes it, else one madvise(2) per range.  Returns 0 or an
-  // errno value (EINVAL for an advice the kernel does not know); *syscalls
-  // gets the number of system calls made.
-  int (*advise)(void* ctx, const AdviseRange* ranges, unsigned n, Advice advice, unsigned* syscalls);
+  // madvise(2) of one range: 0 or the errno value (EINVAL for an advice the
+  // kernel does not know).  The purger makes the vector/range decisions.
+  int (*advise)(void* ctx, void* addr, size_t len, Advice advice);
   // Monotonic clock in nanoseconds.
   uint64_t (*now_ns)(void* ctx);
   // Whole small file (procfs, cgroupfs) into buf, NUL-terminated; returns
@@ -41,6 +41,19 @@ struct Platform {
   long (*read_file)(void* ctx, const char* path, char* buf, size_t len);
   // Sleeps for timeout_ns (the background thread's pace).
   void (*sleep)(void* ctx, int64_t timeout_ns);
+  // One process_madvise(2) call on our own process for n <= 64 ranges:
+  // the bytes advised (less than asked: partial), or -errno (-ENOSYS: no
+  // such call, -EINVAL: advice not accepted there, ...).
+  long (*advise_vector)(void* ctx, const AdviseRange* ranges, unsigned n, Advice advice);
+  // Metadata memory (page map leaves, slot, span, arena and heap records):
+  // `size` bytes, page-aligned, zero-filled.  nullptr on failure.
+  void* (*map)(void* ctx, size_t size);
+  // Gives back a reservation or a metadata mapping (failure paths only).
+  void (*unmap)(void* ctx, void* addr, size_t size);
+  // MADV_HUGEPAGE / MADV_NOHUGEPAGE on a range; failures are ignored.
+  void (*advise_hugepage)(void* ctx, void* addr, size_t size, bool huge);
+  // Starts a detached thread with all signals blocked; false on failure.
+  bool (*start_thread)(void* ctx, void* (*fn)(void*), void* arg);
 };
 
 namespace pal {
@@ -55,11 +68,12 @@ void unmap(void* addr, size_t size);
 bool protect(void* addr, size_t size, bool accessible);
 // 64 random bits (getrandom; the clock and ASLR if it is unavailable).
 uint64_t random_seed();
+// madvise(2): 0 or the errno value (errno itself is preserved).
 int advise(void* addr, size_t size, Advice advice);
-// process_madvise(2) on our own process for a vector of ranges; falls back to
-// madvise per range (remembering that the kernel refused) and reports the
-// system calls made.
-int advise_vector(const AdviseRange* ranges, unsigned n, Advice advice, unsigned* syscalls);
+// One process_madvise(2) on a pidfd of our own (opened for this call only: a
+// cached descriptor could be closed by the program and its number reused)
+// for n <= 64 ranges: bytes advised, or -errno.  errno is preserved.
+long advise_vector(const AdviseRange* ranges, unsigned n, Advice advice);
 long read_file(const char* path, char* buf, size_t len);
 void sleep_ns(int64_t ns);
 // MADV_HUGEPAGE / MADV_NOHUGEPAGE on a range; failures are ignored.

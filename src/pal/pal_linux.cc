@@ -39,7 +39,11 @@ void* map(size_t size, size_t align) {
   return reinterpret_cast<void*>(aligned);
 }
 
-void unmap(void* addr, size_t size) { munmap(addr, size); }
+void unmap(void* addr, size_t size) {
+  int saved = errno;
+  munmap(addr, size);
+  errno = saved;
+}
 
 bool protect(void* addr, size_t size, bool accessible) {
   int saved = errno;
@@ -60,58 +64,34 @@ uint64_t random_seed() {
 }
 
 int advise(void* addr, size_t size, Advice advice) {
-  int a = advice == Advice::kFree ? MADV_FREE : MADV_DONTNEED;
-  return madvise(addr, size, a) == 0 ? 0 : errno;
-}
-
-namespace {
-bool g_vector_refused = false;
-}  // namespace
-
-int advise_vector(const AdviseRange* ranges, unsigned n, Advice advice, unsigned* syscalls) {
   int saved = errno;
   int a = advice == Advice::kFree ? MADV_FREE : MADV_DONTNEED;
-  unsigned calls = 0;
-  unsigned done = 0;
-  if (n > 1 && !__atomic_load_n(&g_vector_refused, __ATOMIC_RELAXED)) {
-    // A pidfd of our own for this call only: a cached descriptor could be
-    // closed by the program and its number reused for something else.
-    int fd = int(syscall(SYS_pidfd_open, getpid(), 0));
-    struct iovec iov[64];
-    while (fd >= 0 && done < n) {
-      unsigned k = n - done < 64 ? n - done : 64;
-      size_t want = 0;
-      for (unsigned i = 0; i < k; ++i) {
-        iov[i].iov_base = ranges[done + i].addr;
-        iov[i].iov_len = ranges[done + i].len;
-        want += ranges[done + i].len;
-      }
-      long r = syscall(SYS_process_madvise, fd, iov, k, a, 0);
-      ++calls;
-      if (r < 0) {
-        // ENOSYS (old kernel), EINVAL (advice not accepted there), EPERM:
-        // use madvise from now on.
-        if (errno == ENOSYS || errno == EINVAL || errno == EPERM || errno == EBADF) {
-          __atomic_store_n(&g_vector_refused, true, __ATOMIC_RELAXED);
-        }
-        break;
-      }
-      if (size_t(r) != want) break;  // partial: finish the rest one by one
-      done += k;
-    }
-    if (fd >= 0) close(fd);
-  }
-  int rc = 0;
-  for (unsigned i = done; i < n; ++i) {
-    ++calls;
-    if (madvise(ranges[i].addr, ranges[i].len, a) != 0) {
-      rc = errno;
-      if (rc == EINVAL && advice == Advice::kFree) break;
-    }
-  }
-  *syscalls = calls;
+  int rc = madvise(addr, size, a) == 0 ? 0 : errno;
   errno = saved;
   return rc;
+}
+
+long advise_vector(const AdviseRange* ranges, unsigned n, Advice advice) {
+  constexpr unsigned kMaxIov = 64;
+  if (n > kMaxIov) return -E2BIG;
+  int saved = errno;
+  int a = advice == Advice::kFree ? MADV_FREE : MADV_DONTNEED;
+  struct iovec iov[kMaxIov];
+  for (unsigned i = 0; i < n; ++i) {
+    iov[i].iov_base = ranges[i].addr;
+    iov[i].iov_len = ranges[i].len;
+  }
+  long r;
+  int fd = int(syscall(SYS_pidfd_open, getpid(), 0));
+  if (fd < 0) {
+    r = -errno;
+  } else {
+    r = syscall(SYS_process_madvise, fd, iov, n, a, 0);
+    if (r < 0) r = -errno;
+    close(fd);
+  }
+  errno = saved;
+  return r;
 }
 
 long read_file(const char* path, char* buf, size_t len) {
@@ -299,13 +279,28 @@ void register_fork(void (*prepare)(), void (*parent)(), void (*child)()) {
 
 namespace {
 void* linux_reserve(void*, size_t size, size_t align) { return map(size, align); }
-int linux_advise(void*, const AdviseRange* r, unsigned n, Advice a, unsigned* calls) {
-  return advise_vector(r, n, a, calls);
-}
+int linux_advise(void*, void* addr, size_t len, Advice a) { return advise(addr, len, a); }
+long linux_advise_vector(void*, const AdviseRange* r, unsigned n, Advice a) { return advise_vector(r, n, a); }
 uint64_t linux_now(void*) { return now_ns(); }
 long linux_read_file(void*, const char* path, char* buf, size_t len) { return read_file(path, buf, len); }
 void linux_sleep(void*, int64_t ns) { sleep_ns(ns); }
-constexpr Platform kLinux = {nullptr, linux_reserve, linux_advise, linux_now, linux_read_file, linux_sleep};
+void* linux_map(void*, size_t size) { return map(size, 4096); }
+void linux_unmap(void*, void* addr, size_t size) { unmap(addr, size); }
+void linux_hugepage(void*, void* addr, size_t size, bool huge) { advise_hugepage(addr, size, huge); }
+bool linux_start_thread(void*, void* (*fn)(void*), void* arg) { return start_thread(fn, arg); }
+constexpr Platform kLinux = {
+    .ctx = nullptr,
+    .reserve = linux_reserve,
+    .advise = linux_advise,
+    .now_ns = linux_now,
+    .read_file = linux_read_file,
+    .sleep = linux_sleep,
+    .advise_vector = linux_advise_vector,
+    .map = linux_map,
+    .unmap = linux_unmap,
+    .advise_hugepage = linux_hugepage,
+    .start_thread = linux_start_thread,
+};
 }  // namespace
 
 const Platform& linux_platform() { return kLinux; }

@@ -1,5 +1,7 @@
 #include "purge/discard.h"
 
+#include "purge/purger.h"
+
 #include <climits>
 #include <new>
 
@@ -39,7 +41,7 @@ uint64_t Discardable::state_of(const void* p) const {
 // ---------------------------------------------------------------- allocation
 
 DiscardChunk* Discardable::new_chunk(size_t span_bytes, bool packed) {
-  DiscardChunk* c = chunks_.alloc(stats_);
+  DiscardChunk* c = chunks_.alloc(*backend_->platform(), stats_);
   if (!c) return nullptr;
   Span* s = backend_->alloc(span_bytes, kUnitSize);
   if (!s) {
@@ -88,7 +90,7 @@ void* Discardable::alloc(size_t size) {
   if (size > kMaxRequest) return nullptr;
   size_t bytes = align_up(size ? size : 1, kOsPageSize);
   LockGuard g(lock_);
-  DiscardBlock* b = blocks_.alloc(stats_);
+  DiscardBlock* b = blocks_.alloc(*backend_->platform(), stats_);
   if (!b) return nullptr;
   if (bytes > kPackedMax) {
     DiscardChunk* c = new_chunk(bytes, false);
@@ -276,7 +278,17 @@ size_t Discardable::discard_batch(Claim* claims, unsigned n, size_t max_range) {
   auto flush = [&] {
     if (nr == 0) return;
     unsigned c = 0;
-    int r = platform_->advise(platform_->ctx, ranges, nr, Advice::kDontNeed, &c);
+    int r = 0;
+    if (purger_) {
+      PurgeBatch batch;
+      for (unsigned i = 0; i < nr; ++i) batch.ranges[i] = ranges[i];
+      batch.nranges = nr;
+      r = purger_->advise_ranges(&batch, Advice::kDontNeed, &c);
+    } else {
+      for (unsigned i = 0; i < nr; ++i, ++c) {
+        if (int e = platform_->advise(platform_->ctx, ranges[i].addr, ranges[i].len, Advice::kDontNeed)) r = e;
+      }
+    }
     calls += c;
     if (r) rc = r;
     nr = 0;

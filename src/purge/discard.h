@@ -76,6 +76,8 @@ struct DiscardBlock {
 
 enum class LockResult : int { kIntact = 0, kDiscarded = 1, kInvalid = -1, kOverflow = -2 };
 
+class Purger;
+
 class Discardable {
  public:
   enum : uint64_t { kLocked = 0, kUnlocked = 1, kDiscarding = 2, kDiscarded = 3, kTagMask = 3 };
@@ -83,6 +85,8 @@ class Discardable {
 
   constexpr Discardable() = default;
   // `backend` and `stats` must outlive the component.
+  // The purger whose advice path (vectored, with fallbacks) discards use.
+  void set_purger(Purger* purger) { purger_ = purger; }
   void init(Backend* backend, const Platform* platform, Stats* stats) {
     backend_ = backend;
     platform_ = platform;
@@ -161,6 +165,7 @@ class Discardable {
 
   Backend* backend_ = nullptr;
   const Platform* platform_ = nullptr;
+  Purger* purger_ = nullptr;  // advises the ranges (process_madvise, fallbacks); may be null
   Stats* stats_ = nullptr;
   Mutex pass_lock_;  // one discard pass at a time (held across madvise)
   Mutex lock_;       // block list, chunk list, allocation

@@ -10,12 +10,44 @@ namespace {
 constexpr uint64_t kMs = 1000000;
 }
 
+int Purger::advise_ranges(const PurgeBatch* b, Advice advice, unsigned* calls) {
+  unsigned n = b->nranges;
+  unsigned made = 0;
+  if (n > 1 && !vector_unsupported()) {
+    long r = platform_->advise_vector(platform_->ctx, b->ranges, n, advice);
+    ++made;
+    size_t want = 0;
+    for (unsigned i = 0; i < n; ++i) want += b->ranges[i].len;
+    if (r >= 0 && size_t(r) == want) {
+      *calls = made;
+      return 0;
+    }
+    // No such call (ENOSYS), advice not accepted there (EINVAL), not
+    // allowed (EPERM), no pidfd (EBADF): madvise from now on.  Any other
+    // failure, or a partial result, is finished range by range this time.
+    if (r == -ENOSYS || r == -EINVAL || r == -EPERM || r == -EBADF) {
+      vector_refused_.store(true, std::memory_order_relaxed);
+      stats_->set(Stat::purge_vector_unsupported, 1);
+    }
+  }
+  int rc = 0;
+  for (unsigned i = 0; i < n; ++i) {
+    ++made;
+    int e = platform_->advise(platform_->ctx, b->ranges[i].addr, b->ranges[i].len, advice);
+    if (e) {
+      rc = e;
+      if (e == EINVAL && advice == Advice::kFree) break;  // the caller retries with DONTNEED
+    }
+  }
+  *calls = made;
+  return rc;
+}
+
 int Purger::advise(PurgeBatch* b, bool dontneed, bool* clean_out) {
   bool clean = dontneed || free_unsupported();
   uint64_t t0 = platform_->now_ns(platform_->ctx);
   unsigned calls = 0;
-  int rc = platform_->advise(platform_->ctx, b->ranges, b->nranges,
-                             clean ? Advice::kDontNeed : Advice::kFree, &calls);
+  int rc = advise_ranges(b, clean ? Advice::kDontNeed : Advice::kFree, &calls);
   if (rc == EINVAL && !clean) {
     // Kernels before 4.5 (and some emulators) do not know MADV_FREE: use
     // MADV_DONTNEED for good, on the whole batch again (ranges already given
@@ -24,7 +56,7 @@ int Purger::advise(PurgeBatch* b, bool dontneed, bool* clean_out) {
     stats_->set(Stat::purge_free_unsupported, 1);
     clean = true;
     unsigned more = 0;
-    rc = platform_->advise(platform_->ctx, b->ranges, b->nranges, Advice::kDontNeed, &more);
+    rc = advise_ranges(b, Advice::kDontNeed, &more);
     calls += more;
   }
   stats_->add(Stat::purge_ns, platform_->now_ns(platform_->ctx) - t0);
@@ -213,8 +245,10 @@ bool BackgroundPurger::ensure_started(Purger* purger, const Platform* platform, 
   purger_ = purger;
   platform_ = platform;
   stats_ = stats;
-  if (!pal::start_thread(&BackgroundPurger::main, this)) {
-    // Degrade to inline purging (after_release with background_running false).
+  if (!platform->start_thread(platform->ctx, &BackgroundPurger::main, this)) {
+    // Degrade to inline purging (after_release with background_running
+    // false) for the life of the process (a fork child tries again).
+    stats->add(Stat::background_start_failures, 1);
     state_.store(kFailed, std::memory_order_release);
     return false;
   }

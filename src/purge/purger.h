@@ -41,7 +41,10 @@ class Purger {
   }
   // Unlocked discardable blocks are discarded by relieve(), purge_all() and
   // the discardable_limit (tick, or inline without a background thread).
-  void attach(Discardable* discard) { discard_ = discard; }
+  void attach(Discardable* discard) {
+    discard_ = discard;
+    discard->set_purger(this);
+  }
   // Finds the pressure sources (reads /proc and cgroup files).  Called once
   // the background thread starts, not at start-up.
   void init_pressure() { pressure_.init(platform_, stats_, option(Opt::pressure) != 0); }
@@ -80,6 +83,10 @@ class Purger {
   // which advice took effect.  Does not settle the batch (purge_finish).
   // Safe from several threads at once.
   int advise(PurgeBatch* batch, bool dontneed, bool* clean);
+  // One advice for the ranges of `batch`: one process_madvise(2) vector where
+  // the kernel takes it (remembered when it does not), else madvise per range.
+  // 0 or an errno value; *calls gets the system calls made.
+  int advise_ranges(const PurgeBatch* batch, Advice advice, unsigned* calls);
   // How a huge block freed now is treated (Backend::release_huge): the
   // RETAINED bytes it may stay within (huge_retain; 0 under the eager
   // policy, recent pressure or an exceeded soft limit; unlimited under
@@ -87,6 +94,7 @@ class Purger {
   uint64_t huge_retain_budget(uint64_t now) const;
   bool release_dontneed(uint64_t now) const;
   bool free_unsupported() const { return free_unsupported_.load(std::memory_order_relaxed); }
+  bool vector_unsupported() const { return vector_refused_.load(std::memory_order_relaxed); }
 
   void fork_prepare() { lock_.lock(); }
   void fork_parent() { lock_.unlock(); }
@@ -96,6 +104,9 @@ class Purger {
   // REQUIRES: lock_ held.  Advises every range of the batch, then settles it.
   // Returns false if the kernel refused any range (the batch stays RETAINED).
   bool advise_batch(PurgeBatch* batch, bool dontneed);
+  // Gives the kernel a batch's ranges: one process_madvise(2) where the
+  // kernel takes it, else (for good once it refuses the call) one madvise
+  // per range.  Returns 0 or an errno value; *calls gets the system calls.
   bool decay_uses_dontneed() const;
   bool pressure_recent(uint64_t now) const;
   // Enforces Opt::discardable_limit.
@@ -108,6 +119,7 @@ class Purger {
   Mutex lock_;  // one purge pass at a time
   PressureMonitor pressure_;
   std::atomic<bool> free_unsupported_{false};
+  std::atomic<bool> vector_refused_{false};
   std::atomic<uint64_t> last_inline_ns_{0};
   std::atomic<uint64_t> last_pressure_ns_{0};  // last relieve() (pressure, limits, API)
 };

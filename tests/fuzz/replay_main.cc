@@ -25,20 +25,23 @@ bool read_all(const std::string& path, std::vector<uint8_t>* out) {
   return true;
 }
 
-void collect(const std::string& path, std::vector<std::string>* files) {
+// False if `path` does not exist: a misspelt or moved directory must not
+// make the replay pass without replaying anything.
+bool collect(const std::string& path, std::vector<std::string>* files) {
   struct stat st;
-  if (stat(path.c_str(), &st) != 0) return;
+  if (stat(path.c_str(), &st) != 0) return false;
   if (!S_ISDIR(st.st_mode)) {
     files->push_back(path);
-    return;
+    return true;
   }
   DIR* d = opendir(path.c_str());
-  if (!d) return;
+  if (!d) return false;
   while (dirent* e = readdir(d)) {
     std::string name = e->d_name;
     if (name != "." && name != "..") collect(path + "/" + name, files);
   }
   closedir(d);
+  return true;
 }
 
 }  // namespace
@@ -46,7 +49,12 @@ void collect(const std::string& path, std::vector<std::string>* files) {
 int main(int argc, char** argv) {
   LLVMFuzzerInitialize(&argc, &argv);
   std::vector<std::string> files;
-  for (int i = 1; i < argc; ++i) collect(argv[i], &files);
+  for (int i = 1; i < argc; ++i) {
+    if (!collect(argv[i], &files)) {
+      fprintf(stderr, "fuzz_replay: cannot read %s\n", argv[i]);
+      return 2;
+    }
+  }
   if (files.empty()) {
     fprintf(stderr, "fuzz_replay: no inputs\n");
     return 2;

@@ -269,11 +269,11 @@ struct HookPlatform {
   explicit HookPlatform(test::FakePlatform* f) : fake(f) {
     p = *f->get();
     p.ctx = this;
-    p.advise = [](void* ctx, const AdviseRange* r, unsigned n, Advice a, unsigned* calls) {
+    p.advise = [](void* ctx, void* addr, size_t len, Advice a) {
       auto* self = static_cast<HookPlatform*>(ctx);
       if (self->hook) self->hook();
       const Platform* real = self->fake->get();
-      return real->advise(real->ctx, r, n, a, calls);
+      return real->advise(real->ctx, addr, len, a);
     };
     p.now_ns = [](void* ctx) {
       const Platform* real = static_cast<HookPlatform*>(ctx)->fake->get();

@@ -1,7 +1,10 @@
 // A fake platform for deterministic tests of policy code: a manual clock,
-// real (but recorded) reservations, and recorded advice that can be made to
-// fail.
+// real (but recorded) reservations and metadata mappings, recorded advice,
+// canned /proc and cgroup files, and a fault knob for every operation
+// (fail the Nth call from now, or every call).
 #pragma once
+
+#include <sys/mman.h>
 
 #include <cerrno>
 #include <cstdint>
@@ -20,20 +23,88 @@ struct AdviceCall {
   Advice advice;
 };
 
+// When one operation of the fake platform fails.
+struct Fault {
+  int err = ENOMEM;        // errno value a failing call reports (where it reports one)
+  uint64_t fail_at = 0;    // the call with this number fails (see fail_nth); 0: none
+  bool fail_all = false;   // every call fails
+  size_t only_size = 0;    // if set, only calls of this size are counted and may fail
+  uint64_t calls = 0;      // calls counted so far
+  uint64_t failures = 0;   // calls made to fail so far
+
+  void fail_nth(uint64_t n, int e = ENOMEM) {  // n = 1: the next call
+    fail_at = calls + n;
+    err = e;
+  }
+  void fail_every(int e = ENOMEM) {
+    fail_all = true;
+    err = e;
+  }
+  void heal() {
+    fail_at = 0;
+    fail_all = false;
+  }
+  bool hit(size_t size = 0) {
+    if (only_size && size != only_size) return false;
+    ++calls;
+    bool fail = fail_all || calls == fail_at;
+    failures += fail;
+    return fail;
+  }
+};
+
 class FakePlatform {
  public:
-  FakePlatform() { platform_ = {this, &reserve, &advise, &now, &read_file, &sleep}; }
+  FakePlatform() {
+    platform_ = {
+        .ctx = this,
+        .reserve = &reserve,
+        .advise = &advise,
+        .now_ns = &now,
+        .read_file = &read_file,
+        .sleep = &sleep,
+        .advise_vector = &advise_vector,
+        .map = &map,
+        .unmap = &unmap,
+        .advise_hugepage = &hugepage,
+        .start_thread = &start_thread,
+    };
+  }
   const Platform* get() const { return &platform_; }
 
   uint64_t now_ns = 1'000'000'000;  // starts at 1 s
   void advance_ms(uint64_t ms) { now_ns += ms * 1'000'000; }
 
-  std::vector<AdviceCall> calls;
+  // ---- fault knobs ----
+  Fault reserve_fault;  // arena reservations
+  Fault map_fault;      // metadata mappings (page map leaves, slot/span/arena/heap records)
+  Fault advise_fault;   // madvise of one range (any advice)
+  Fault vector_fault;   // process_madvise (set err = ENOSYS for "unsupported")
+  Fault read_fault;     // file reads (fail: the file is missing)
+  Fault thread_fault;   // thread creation
+  size_t vector_short_by = 0;  // process_madvise reports this many bytes fewer (partial)
   int fail_free_with = 0;      // errno to return for MADV_FREE (0 = succeed)
   int fail_dontneed_with = 0;  // errno to return for MADV_DONTNEED
   bool fail_reserve = false;
+  void* reserve_at = nullptr;  // next reservation at this address (MAP_FIXED_NOREPLACE)
+
+  // ---- records ----
+  std::vector<AdviceCall> calls;
   size_t reserves = 0;
-  size_t advise_calls = 0;                   // platform calls (one per batch)
+  size_t advise_calls = 0;   // platform advice calls (vector or range)
+  size_t vector_calls = 0;   // of which process_madvise
+  size_t hugepage_calls = 0;
+  size_t threads_started = 0;
+  size_t mapped_bytes = 0;     // metadata bytes mapped (unmaps are listed below)
+  size_t reserved_bytes = 0;   // bytes reserved
+  std::vector<std::pair<void*, size_t>> reservations;
+  std::vector<std::pair<void*, size_t>> unmaps;
+  bool was_unmapped(void* addr, size_t size) const {
+    for (const auto& u : unmaps) {
+      if (u.first == addr && u.second == size) return true;
+    }
+    return false;
+  }
   std::map<std::string, std::string> files;  // canned /proc and cgroup files
   int64_t slept_ns = 0;
   size_t advised_bytes(Advice a) const {
@@ -43,39 +114,88 @@ class FakePlatform {
   }
 
  private:
+  static FakePlatform* self(void* ctx) { return static_cast<FakePlatform*>(ctx); }
   static void* reserve(void* ctx, size_t size, size_t align) {
-    auto* self = static_cast<FakePlatform*>(ctx);
-    if (self->fail_reserve) return nullptr;
-    self->reserves++;
-    return pal::map(size, align);
-  }
-  static int advise(void* ctx, const AdviseRange* r, unsigned n, Advice a, unsigned* calls) {
-    auto* self = static_cast<FakePlatform*>(ctx);
-    std::lock_guard<std::mutex> guard(self->advise_lock_);  // release workers advise in parallel
-    self->advise_calls++;
-    *calls = 1;
-    int rc = a == Advice::kFree ? self->fail_free_with : self->fail_dontneed_with;
-    if (rc) return rc;
-    for (unsigned i = 0; i < n; ++i) {
-      self->calls.push_back({reinterpret_cast<uintptr_t>(r[i].addr), r[i].len, a});
+    FakePlatform* f = self(ctx);
+    if (f->fail_reserve || f->reserve_fault.hit(size)) return nullptr;
+    void* p;
+    if (f->reserve_at) {
+      p = mmap(f->reserve_at, size, PROT_READ | PROT_WRITE,
+               MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+      f->reserve_at = nullptr;
+      if (p == MAP_FAILED) return nullptr;
+    } else {
+      p = pal::map(size, align);
+      if (!p) return nullptr;
     }
+    f->reserves++;
+    f->reserved_bytes += size;
+    f->reservations.emplace_back(p, size);
+    return p;
+  }
+  static void* map(void* ctx, size_t size) {
+    FakePlatform* f = self(ctx);
+    if (f->map_fault.hit(size)) return nullptr;
+    void* p = pal::map(size, 4096);
+    if (p) f->mapped_bytes += size;
+    return p;
+  }
+  static void unmap(void* ctx, void* addr, size_t size) {
+    FakePlatform* f = self(ctx);
+    f->unmaps.emplace_back(addr, size);
+    pal::unmap(addr, size);
+  }
+  int advice_error(Advice a) {
+    int rc = a == Advice::kFree ? fail_free_with : fail_dontneed_with;
+    if (!rc && advise_fault.hit()) rc = advise_fault.err;
+    return rc;
+  }
+  static int advise(void* ctx, void* addr, size_t len, Advice a) {
+    FakePlatform* f = self(ctx);
+    std::lock_guard<std::mutex> guard(f->advise_lock_);  // release workers advise in parallel
+    f->advise_calls++;
+    if (int rc = f->advice_error(a)) return rc;
+    f->calls.push_back({reinterpret_cast<uintptr_t>(addr), len, a});
     return 0;
   }
+  static long advise_vector(void* ctx, const AdviseRange* r, unsigned n, Advice a) {
+    FakePlatform* f = self(ctx);
+    std::lock_guard<std::mutex> guard(f->advise_lock_);
+    f->advise_calls++;
+    f->vector_calls++;
+    if (f->vector_fault.hit()) return -f->vector_fault.err;
+    if (int rc = f->advice_error(a)) return -rc;
+    size_t bytes = 0;
+    for (unsigned i = 0; i < n; ++i) {
+      f->calls.push_back({reinterpret_cast<uintptr_t>(r[i].addr), r[i].len, a});
+      bytes += r[i].len;
+    }
+    return long(bytes - (f->vector_short_by < bytes ? f->vector_short_by : bytes));
+  }
+  static void hugepage(void* ctx, void*, size_t, bool) { self(ctx)->hugepage_calls++; }
+  static bool start_thread(void* ctx, void* (*)(void*), void*) {
+    // Never runs the thread: a test drives the purger's ticks itself.
+    FakePlatform* f = self(ctx);
+    if (f->thread_fault.hit()) return false;
+    f->threads_started++;
+    return true;
+  }
   static long read_file(void* ctx, const char* path, char* buf, size_t len) {
-    auto* self = static_cast<FakePlatform*>(ctx);
-    auto it = self->files.find(path);
-    if (it == self->files.end() || len == 0) return -1;
+    FakePlatform* f = self(ctx);
+    if (f->read_fault.hit()) return -1;
+    auto it = f->files.find(path);
+    if (it == f->files.end() || len == 0) return -1;
     size_t n = it->second.size() < len - 1 ? it->second.size() : len - 1;
     it->second.copy(buf, n);
     buf[n] = '\0';
     return long(n);
   }
   static void sleep(void* ctx, int64_t ns) {
-    auto* self = static_cast<FakePlatform*>(ctx);
-    self->slept_ns += ns;
-    self->now_ns += uint64_t(ns);
+    FakePlatform* f = self(ctx);
+    f->slept_ns += ns;
+    f->now_ns += uint64_t(ns);
   }
-  static uint64_t now(void* ctx) { return static_cast<FakePlatform*>(ctx)->now_ns; }
+  static uint64_t now(void* ctx) { return self(ctx)->now_ns; }
 
   Platform platform_;
   std::mutex advise_lock_;
