@@ -20,24 +20,12 @@
 #include <thread>
 #include <vector>
 
+#include "tool_util.h"
+
 namespace {
 
-uint64_t now_ns() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return uint64_t(ts.tv_sec) * 1000000000u + uint64_t(ts.tv_nsec);
-}
-
-size_t parse_size(const char* s) {
-  char* end;
-  double v = strtod(s, &end);
-  switch (*end) {
-    case 'k': case 'K': v *= 1024; break;
-    case 'm': case 'M': v *= 1024 * 1024; break;
-    case 'g': case 'G': v *= 1024.0 * 1024 * 1024; break;
-  }
-  return size_t(v);
-}
+using bench_tool::now_ns;
+using bench_tool::parse_size;
 
 std::string human(size_t b) {
   char buf[32];

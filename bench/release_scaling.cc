@@ -28,24 +28,12 @@
 
 #include "lazymalloc/lazymalloc.h"
 
+#include "tool_util.h"
+
 namespace {
 
-uint64_t now_ns() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return uint64_t(ts.tv_sec) * 1000000000u + uint64_t(ts.tv_nsec);
-}
-
-size_t parse_size(const char* s) {
-  char* end;
-  double v = strtod(s, &end);
-  switch (*end) {
-    case 'k': case 'K': v *= 1024; break;
-    case 'm': case 'M': v *= 1024 * 1024; break;
-    case 'g': case 'G': v *= 1024.0 * 1024 * 1024; break;
-  }
-  return size_t(v);
-}
+using bench_tool::now_ns;
+using bench_tool::parse_size;
 
 void touch(char* p, size_t n) {
   for (size_t off = 0; off < n; off += 4096) p[off] = 1;
