@@ -77,6 +77,9 @@ void lm_stats_print(bool json, int fd = 2);
 int lm_stats_fd();
 const char* lm_check_invariants();  // tests: nullptr, or the first broken invariant  // where statistics at exit go (a copy of stderr)
 int lm_stat_get(const char* name, uint64_t* value);
+// Tests: the word a freed small object at p carries in its second word
+// while it is free (checks on).
+uintptr_t lm_free_tag(const void* p);
 // Report an invalid pointer passed to `fn` and abort.
 [[noreturn]] void lm_invalid_pointer(const char* fn, const void* p, const char* why);
 
