@@ -20,9 +20,8 @@ struct Heap;
 struct SlotMeta;
 struct DiscardChunk;
 
-// Most objects in a small span (16-byte objects in one 64 KiB unit).
-inline constexpr unsigned kSpanBitWords = 4096 / 64;
-
+// A free small object: its first word links it; with checks its second
+// word holds its free tag (frontend/heap.cc).
 struct Block {
   Block* next;
 };
@@ -39,9 +38,9 @@ enum : uintptr_t {
 };
 
 // Three cache lines, so that the owner's writes and other threads' remote
-// frees do not false-share: line 0 is written only when the span is made
-// (read by every free), line 1 only by the owning thread, line 2 by remote
-// frees.
+// frees do not false-share: line 0 is written when the span is made and
+// when it carves objects (`reserved`, every 16 KiB; read by every free),
+// line 1 only by the owning thread, line 2 by remote frees.
 struct alignas(64) Span {
   // ---- line 0: identity (backend fields and the object geometry) ----
   char* start;
@@ -49,7 +48,8 @@ struct alignas(64) Span {
   Heap* heap;           // owner (small spans), nullptr otherwise
   uint64_t div_magic;   // (offset * div_magic) >> 40 == offset / obj_size (offset < 2 MiB)
   uint32_t obj_size;    // bytes per object (the usable size)
-  uint32_t capacity;    // objects that fit
+  uint32_t reserved;    // objects carved so far (the rest were never touched);
+                        // here, not in line 1, as remote frees read it
   SlotMeta* slot;       // first slot
   size_t nslots;        // huge spans: slots in the run
   uint32_t first_unit;  // unit spans: first unit and count within `slot`
@@ -61,7 +61,7 @@ struct alignas(64) Span {
   alignas(64) Block* free;  // allocation list
   Block* local_free;    // owner's frees, swapped into `free` when it runs dry
   uint32_t used;        // objects handed out and not yet known to be free
-  uint32_t reserved;    // objects carved so far (the rest were never touched)
+  uint32_t capacity;    // objects that fit
   Span* next;           // heap queue links
   Span* prev;
   Span* next_delayed;   // heap's delayed list link
@@ -77,20 +77,6 @@ struct alignas(64) Span {
   // walk of the list.  Incremented after the push, so it never counts a
   // block that is not yet free: `used` never drops below the live count.
   std::atomic<uint32_t> xfree_count;
-
-  // ---- double-free detection (small spans, frontend/heap.cc) ----
-  // Two bits per object, outside the objects, in words of 64 objects.
-  // free: written only by the owner (relaxed atomics so that remote frees
-  // may read it): 1 = free as far as the owner knows (on `free` or
-  // `local_free`, in its heap's quarantine, or never handed out).  remote:
-  // set by a remote free (fetch_or), cleared by the owner when it collects
-  // the block.  The two words of a group share a cache line, so the owner's
-  // free, which reads both, touches one line.
-  struct ObjBits {
-    std::atomic<uint64_t> free;
-    std::atomic<uint64_t> remote;
-  };
-  alignas(64) ObjBits bits[kSpanBitWords];
 };
 
 }  // namespace lazymalloc

@@ -116,55 +116,71 @@ inline void link_set(Block* b, Block* next) {
   b->next = reinterpret_cast<Block*>(v);
 }
 
-inline uint64_t obj_bit(size_t i) { return uint64_t(1) << (i & 63); }
+// Free tags (checks on).  A freed small object carries in its second word
+// (objects are >= 16 bytes) its tag, g_free_key ^ its own address: every
+// free writes it before the object is listed (owner, remote, secure mode's
+// quarantine), carve writes it into never-used objects, and malloc clears
+// the word when it hands the object out (the line it reads `next` from).
+// So "tag present" means "free, not handed out since".  The key is odd and
+// objects are 16-byte aligned, so a tag is never the 0 malloc leaves; being
+// address-bound, a tag copied elsewhere (memmove of stale bytes) is no tag.
+uintptr_t g_free_key = 1;
+
+inline uintptr_t& tag_word(void* p) { return static_cast<uintptr_t*>(p)[1]; }
+inline uintptr_t free_tag(const void* p) { return g_free_key ^ reinterpret_cast<uintptr_t>(p); }
+inline bool has_free_tag(void* p) { return tag_word(p) == free_tag(p); }
+// Tags p; the fence keeps the tag ahead of the store that lists p (fork:
+// see take).
+inline void set_free_tag(void* p) {
+  if constexpr (kChecks) tag_word(p) = free_tag(p);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+}
+
+// True if `b` (any value: maybe a corrupted link) lies inside span s, so
+// that it may be read.
+inline bool in_span(const Span* s, const void* b) {
+  return reinterpret_cast<uintptr_t>(b) - reinterpret_cast<uintptr_t>(s->start) < s->bytes;
+}
 
 [[noreturn]] LM_NOINLINE void corrupt_list(const void* b) {
   lm_invalid_pointer("malloc", b,
                      "corrupted free list (a freed object was overwritten: use after free or overflow)");
 }
 
-[[noreturn]] LM_NOINLINE void double_free(const char* fn, const Span* s, size_t i, const void* p) {
-  lm_invalid_pointer(fn, p, i >= __atomic_load_n(&s->reserved, __ATOMIC_RELAXED)
-                                ? "not allocated (never handed out)"
-                                : "double free (already freed)");
-}
-
-// Index of free-list entry `b` of span `s`; aborts unless it is an object
-// start that has been carved.  `b` may be any value (a corrupted link).
-inline size_t entry_index(const Span* s, const Block* b) {
-  uintptr_t off = reinterpret_cast<uintptr_t>(b) - reinterpret_cast<uintptr_t>(s->start);
-  size_t i = size_t((uint64_t(off) * s->div_magic) >> 40);
-  if (LM_UNLIKELY(i >= s->reserved ||
-                  s->start + i * s->obj_size != reinterpret_cast<const char*>(b))) {
-    corrupt_list(b);
+// The link of list entry `b` of span s, for the slow paths that walk a
+// list: with checks, `b` must lie in the span and carry its tag, and a walk
+// longer than the span's capacity (a corrupted list that loops) aborts.
+inline Block* walk_link(const Span* s, Block* b, uint32_t& steps) {
+  if constexpr (kChecks) {
+    if (LM_UNLIKELY(!in_span(s, b) || !has_free_tag(b) || ++steps > s->capacity)) corrupt_list(b);
   }
-  return i;
+  return link_get(b);
 }
 
-// Pops `b`, the head of the allocation list.  With checks it is validated
-// first (a carved object of this span that the owner recorded as free), and
-// only then is its link read.  The unlink comes before the bit is cleared,
-// so an owner stopped in between by fork() leaks the object in the child
-// rather than leaving it listed and marked live.
-// The failure path of take(), a tail call so the fast path needs no frame.
-LM_NOINLINE Block* take_failed(const Block* b) { corrupt_list(b); }
+// Pops `b`, the head of the allocation list.  With checks, two
+// well-predicted tests come first: `b` lies in the span (so a wild link is
+// reported, never dereferenced) and carries its tag (a use after free or
+// overflow that rewrote its first 16 bytes fails it).  The unlink comes
+// before the tag is cleared, so an owner stopped in between by fork()
+// leaks the object in the child rather than leaving it listed untagged.
+// The failure path of take(), a tail call so the fast path needs no frame
+// (noipa: gcc would otherwise see that it never returns and call it, which
+// costs the fast path a stack adjustment).
+#if defined(__clang__)
+LM_NOINLINE
+#else
+__attribute__((noipa))
+#endif
+Block* take_failed(const Block* b) { corrupt_list(b); }
 
 template <bool kEncoded>
 LM_INLINE Block* take(Span* s, Block* b) {
   if constexpr (kChecks) {
-    uintptr_t off = reinterpret_cast<uintptr_t>(b) - reinterpret_cast<uintptr_t>(s->start);
-    size_t i = size_t((uint64_t(off) * s->div_magic) >> 40);
-    // One test for everything (the word index is masked so that a wild `b`
-    // reads inside the record): a carved object start, recorded as free.
-    std::atomic<uint64_t>& w = s->bits[(i >> 6) & (kSpanBitWords - 1)].free;
-    uint64_t v = w.load(std::memory_order_relaxed), m = obj_bit(i);
-    if (LM_UNLIKELY((i >= s->reserved) | (s->start + i * s->obj_size != reinterpret_cast<const char*>(b)) |
-                    !(v & m))) {
-      return take_failed(b);
-    }
+    if (LM_UNLIKELY(!in_span(s, b))) return take_failed(b);
+    if (LM_UNLIKELY(!has_free_tag(b))) return take_failed(b);
     s->free = kEncoded ? link_get(b) : b->next;
     std::atomic_signal_fence(std::memory_order_seq_cst);
-    w.store(v & ~m, std::memory_order_relaxed);
+    tag_word(b) = 0;
   } else {
     s->free = kEncoded ? link_get(b) : b->next;
   }
@@ -172,37 +188,34 @@ LM_INLINE Block* take(Span* s, Block* b) {
   return b;
 }
 
-// True if the owner or a remote free has recorded object i as free.
-inline bool recorded_free(const Span* s, size_t i) {
-  return ((s->bits[i >> 6].free.load(std::memory_order_relaxed) |
-           s->bits[i >> 6].remote.load(std::memory_order_relaxed)) & obj_bit(i)) != 0;
-}
-
-// Owner's free of object i: aborts if it is already free (also if a remote
-// free of it is pending), else records it.  Before the push (fork, above).
-LM_INLINE void record_local_free(Span* s, size_t i, const void* p) {
-  if constexpr (kChecks) {
-    std::atomic<uint64_t>& w = s->bits[i >> 6].free;
-    uint64_t v = w.load(std::memory_order_relaxed), m = obj_bit(i);
-    if (LM_UNLIKELY((v | s->bits[i >> 6].remote.load(std::memory_order_relaxed)) & m)) {
-      double_free("free", s, i, p);
+// True if p is on one of span s's lists: `free`, `local_free`, or the
+// remote frees not yet collected (a snapshot of `xfree`: only the owner
+// takes entries off it, so the snapshot's links stay put).  Owner only.
+bool listed_free(const Span* s, const void* p) {
+  Block* lists[3] = {s->free, s->local_free,
+                     reinterpret_cast<Block*>(s->xfree.load(std::memory_order_acquire) & ~kXfreeMask)};
+  for (Block* b : lists) {
+    uint32_t steps = 0;
+    for (; b; b = walk_link(s, b, steps)) {
+      if (b == p) return true;
     }
-    w.store(v | m, std::memory_order_relaxed);
-    std::atomic_signal_fence(std::memory_order_seq_cst);
   }
+  return false;
 }
 
-// Another thread's free of object i.  The fetch_or catches a second remote
-// free at once; reading free bits after it (acquire) sees the owner's record
-// of every free it collected (the owner sets the free bit before it clears
-// the remote bit with release), so a remote free of an object the owner
-// already holds as free is caught too.
-inline void record_remote_free(Span* s, size_t i, const void* p) {
+// Aborts unless heap h may free (or realloc) object i, at p, of small span
+// s: it must have been carved and must not carry its tag.  The owner
+// confirms a tag by finding p on the span's lists (not there: a live
+// object whose data equals its tag by chance, which is allowed); a remote
+// free, and any free in secure mode (p may sit in another thread's
+// quarantine, where no list walk sees it), takes the tag as proof.
+void check_live(const char* fn, Heap* h, Span* s, size_t i, void* p) {
   if constexpr (kChecks) {
-    uint64_t m = obj_bit(i);
-    if (LM_UNLIKELY(s->bits[i >> 6].remote.fetch_or(m, std::memory_order_acq_rel) & m) ||
-        LM_UNLIKELY(s->bits[i >> 6].free.load(std::memory_order_relaxed) & m)) {
-      double_free("free", s, i, p);
+    if (i >= __atomic_load_n(&s->reserved, __ATOMIC_RELAXED)) {
+      lm_invalid_pointer(fn, p, "not allocated (never handed out)");
+    }
+    if (LM_UNLIKELY(has_free_tag(p)) && (g_secure || s->heap != h || listed_free(s, p))) {
+      lm_invalid_pointer(fn, p, "double free (already freed)");
     }
   }
 }
@@ -267,33 +280,13 @@ void collect_remote(Span* s) {
                                          std::memory_order_relaxed)) {
   }
   Block* list = reinterpret_cast<Block*>(old & ~kXfreeMask);
-  if constexpr (kChecks) {
-    // Walk the list, validating each entry before following its link, and
-    // move each object's remote bit to its free bit (free bit first: see
-    // record_remote_free).  An object already free here was freed twice.
-    uint32_t n = 0;
-    Block* last = nullptr;
-    for (Block* b = list; b; b = link_get(b)) {
-      size_t i = entry_index(s, b);
-      uint64_t m = obj_bit(i);
-      if (LM_UNLIKELY(!(s->bits[i >> 6].remote.load(std::memory_order_relaxed) & m))) corrupt_list(b);
-      std::atomic<uint64_t>& w = s->bits[i >> 6].free;
-      uint64_t v = w.load(std::memory_order_relaxed);
-      if (LM_UNLIKELY(v & m)) double_free("free", s, i, b);
-      w.store(v | m, std::memory_order_relaxed);
-      s->bits[i >> 6].remote.fetch_and(~m, std::memory_order_release);
-      last = b;
-      ++n;
-    }
-    s->used -= n;
-    if (s->free) link_set(last, s->free);
-  } else {
-    s->used -= s->xfree_count.exchange(0, std::memory_order_acquire);
-    if (s->free) {
-      Block* last = list;
-      while (link_get(last)) last = link_get(last);
-      link_set(last, s->free);
-    }
+  s->used -= s->xfree_count.exchange(0, std::memory_order_acquire);
+  if (s->free) {
+    // Entries are validated as they are walked (and again when popped).
+    uint32_t steps = 0;
+    Block* last = list;
+    while (Block* next = walk_link(s, last, steps)) last = next;
+    link_set(last, s->free);
   }
   s->free = list;
 }
@@ -307,6 +300,10 @@ void carve(Span* s) {
   if (n > left) n = left;
   char* p = s->start + size_t(s->reserved) * s->obj_size;
   auto obj = [&](uint32_t i) { return reinterpret_cast<Block*>(p + size_t(i) * s->obj_size); };
+  // Tagged before they are listed (fork: see take).
+  if constexpr (kChecks) {
+    for (uint32_t i = 0; i < n; ++i) set_free_tag(obj(i));
+  }
   if (g_secure) {
     // Secure mode: the batch is linked in a random order (Fisher-Yates).
     uint16_t order[16384 / 16];
@@ -329,7 +326,8 @@ void carve(Span* s) {
     obj(n - 1)->next = s->free;
     s->free = obj(0);
   }
-  s->reserved += n;
+  // Atomic: remote frees read it (check_live).
+  __atomic_store_n(&s->reserved, s->reserved + n, __ATOMIC_RELAXED);
 }
 
 // Refills the allocation list from every source.  Owner only.
@@ -402,17 +400,6 @@ Span* span_new(Heap* h, unsigned c) {
   s->free = s->local_free = nullptr;
   s->xfree.store(0, std::memory_order_relaxed);
   s->xfree_count.store(0, std::memory_order_relaxed);
-  if constexpr (kChecks) {
-    // Every object starts free (those never carved too: a free of one is
-    // reported as "not allocated").
-    for (unsigned w = 0; w < kSpanBitWords; ++w) {
-      size_t lo = size_t(w) * 64;
-      uint64_t v = lo >= s->capacity ? 0 : s->capacity - lo >= 64 ? ~uint64_t(0)
-                                                                  : (uint64_t(1) << (s->capacity - lo)) - 1;
-      s->bits[w].free.store(v, std::memory_order_relaxed);
-      s->bits[w].remote.store(0, std::memory_order_relaxed);
-    }
-  }
   s->heap = g_secure ? reinterpret_cast<Heap*>(reinterpret_cast<uintptr_t>(h) | 1) : h;
   h->stats.inc(HeapStat::spans_acquired);
   return s;
@@ -656,7 +643,10 @@ void local_free_attention(Heap* h, Span* s) {
   }
 }
 
-// Remote free: one CAS onto the owner's span.
+// Remote free: one CAS onto the owner's span.  Acquire too: the free that
+// finds NOTIFY writes `next_delayed`, which the owner (parking the span with
+// acq_rel after it last read that field in process_delayed) must be ordered
+// before.
 void remote_push(Heap* h, Span* s, void* p) {
   Block* b = static_cast<Block*>(p);
   uintptr_t old = s->xfree.load(std::memory_order_relaxed);
@@ -666,8 +656,8 @@ void remote_push(Heap* h, Span* s, void* p) {
     link_set(b, reinterpret_cast<Block*>(old & ~kXfreeMask));
   } while (!s->xfree.compare_exchange_weak(
       old, reinterpret_cast<uintptr_t>(b) | (state == kXfreeNotify ? kXfreeNotified : state),
-      std::memory_order_release, std::memory_order_relaxed));
-  if constexpr (!kChecks) s->xfree_count.fetch_add(1, std::memory_order_release);
+      std::memory_order_acq_rel, std::memory_order_relaxed));
+  s->xfree_count.fetch_add(1, std::memory_order_release);
   if (state == kXfreeNotify) {
     Heap* owner = owner_of(s);
     Span* head = owner->delayed.load(std::memory_order_relaxed);
@@ -712,8 +702,9 @@ void quarantine_flush(Heap* h) {
 // and hold in the heap's FIFO (at most kQuarantineSlots objects and
 // kQuarantineBytes) before it goes on a free list.
 void secure_free(Heap* h, Span* s, size_t i, void* p) {
-  if (owner_of(s) == h) record_local_free(s, i, p); else record_remote_free(s, i, p);
+  check_live("free", h, s, i, p);
   memset(p, 0xdf, s->obj_size);
+  set_free_tag(p);  // after the fill
   if (h == &g_empty_heap) {
     small_free_list(h, s, p);
     return;
@@ -748,7 +739,8 @@ LM_NOINLINE void free_generic(Span* s, void* p) {
       local_free_attention(h, s);
       return;
     }
-    record_remote_free(s, i, p);
+    check_live("free", h, s, i, p);
+    set_free_tag(p);
     remote_push(h, s, p);
     return;
   }
@@ -781,12 +773,16 @@ bool move_huge(Span* s, void* q) {
 }
 
 // The failure path of lm_free's owner fast path (a tail call): says what
-// was wrong and aborts.
+// was wrong and aborts, or, for a live object whose data equalled its tag,
+// completes the free.
 LM_NOINLINE void free_failed(Span* s, void* p) {
   size_t i = block_index(s, p);
   if (s->start + i * s->obj_size != p) lm_invalid_pointer("free", p, "points inside an object");
-  record_local_free(s, i, p);  // aborts: already recorded free
-  lm_invalid_pointer("free", p, "invalid free");
+  Heap* h = tl_heap;
+  check_live("free", h, s, i, p);
+  // Checks on, and p is live: its data merely equalled its tag.
+  set_free_tag(p);
+  small_free_list(h, s, p);
 }
 
 inline Span* checked_span(const char* fn, const void* p) {
@@ -818,6 +814,8 @@ void lm_set_platform(const Platform* platform) {
   g.purger.init(&g.backend, platform, &g.stats);
 }
 
+uintptr_t lm_free_tag(const void* p) { return free_tag(p); }
+
 void lm_init() {
   if (LM_LIKELY(g.init_state.load(std::memory_order_acquire) == 2)) return;
   int expected = 0;
@@ -829,6 +827,7 @@ void lm_init() {
   if (!g_platform) g_platform = &pal::linux_platform();
   g_secure = option(Opt::secure) != 0;
   if (g_secure) g_link_key = pal::random_seed() | 1;
+  if (kChecks) g_free_key = pal::random_seed() | 1;
   g.backend.init(g_platform, &g.stats, size_t(option(Opt::arena_reserve)), option(Opt::hugepages) != 0);
   g.purger.init(&g.backend, g_platform, &g.stats);
   g.releaser.init(&g.backend, &g.purger, g_platform, &g.stats, start_platform_thread,
@@ -862,14 +861,13 @@ void lm_free(void* p) {
   if (LM_LIKELY(s->heap == h)) {
     size_t i = block_index(s, p);
     if constexpr (kChecks) {
-      // One test: an object start that the owner has not recorded as free.
-      Span::ObjBits& w = s->bits[(i >> 6) & (kSpanBitWords - 1)];
-      uint64_t v = w.free.load(std::memory_order_relaxed), m = obj_bit(i);
-      if (LM_UNLIKELY((s->start + i * s->obj_size != p) |
-                      (((v | w.remote.load(std::memory_order_relaxed)) & m) != 0))) {
-        return free_failed(s, p);
-      }
-      w.free.store(v | m, std::memory_order_relaxed);
+      // A carved object start that does not carry its tag (separate
+      // branches: cheaper than combining the tests).
+      uintptr_t tag = free_tag(p);
+      if (LM_UNLIKELY(s->start + i * s->obj_size != p)) return free_failed(s, p);
+      if (LM_UNLIKELY(i >= s->reserved)) return free_failed(s, p);
+      if (LM_UNLIKELY(tag_word(p) == tag)) return free_failed(s, p);
+      tag_word(p) = tag;  // before the push (fork: see take)
       std::atomic_signal_fence(std::memory_order_seq_cst);
     } else if (LM_UNLIKELY(s->start + i * s->obj_size != p)) {
       return free_failed(s, p);
@@ -926,7 +924,7 @@ void* lm_realloc(void* p, size_t size) {
   Span* s = checked_span("realloc", p);
   if (s->kind == SpanKind::kSmall) {
     if (!is_block_start(s, p)) lm_invalid_pointer("realloc", p, "points inside an object");
-    if (kChecks && recorded_free(s, block_index(s, p))) double_free("realloc", s, block_index(s, p), p);
+    check_live("realloc", tl_heap, s, block_index(s, p), p);
   } else if (s->discard) {
     lm_invalid_pointer("realloc", p, "discardable memory");
   } else if (p != block_start(s)) {

@@ -89,6 +89,9 @@ int lm_discardable_lock(void* p);
 bool lm_discardable_unlock(void* p);  // false: not a block or not locked
 size_t lm_discardable_size(const void* p);
 size_t lm_discardable_purge();        // discards every unlocked block now
+// Tests: the word a freed small object at p carries in its second word
+// while it is free (checks on).
+uintptr_t lm_free_tag(const void* p);
 // Report an invalid pointer passed to `fn` and abort.
 [[noreturn]] void lm_invalid_pointer(const char* fn, const void* p, const char* why);
 

@@ -267,6 +267,59 @@ TEST(Misuse, FreeOfAnObjectNeverHandedOut) {
 // allocation list is empty after each malloc and a refill takes local_free.
 constexpr size_t kLone = 45000;
 
+// Frees a and b (kLone objects, with a live neighbour) onto their span's
+// local list (out of the quarantine in secure mode).
+void FreeTwoLone(char** a, char** b, void** keep) {
+  *keep = malloc(kLone);
+  *a = static_cast<char*>(Opaque(malloc(kLone)));
+  *b = static_cast<char*>(Opaque(malloc(kLone)));
+  free(*a);
+  free(*b);
+  lazymalloc_thread_collect();
+}
+
+TEST(Misuse, UseAfterFreeWriteIntoFirst16BytesIsCaughtByMalloc) {
+  // Both words of a freed object (its link and its free tag) overwritten,
+  // or only the second: the next allocations of that size abort.
+  for (size_t first : {size_t(0), size_t(8)}) {
+    EXPECT_DEATH(
+        {
+          char* a;
+          char* b;
+          void* keep;
+          FreeTwoLone(&a, &b, &keep);
+          memset(a + first, 0x41, 16 - first);
+          memset(b + first, 0x41, 16 - first);
+          (void)Opaque(malloc(kLone));
+          (void)Opaque(malloc(kLone));
+          free(keep);
+        },
+        "lazymalloc: malloc\\(\\): invalid pointer 0x[0-9a-f]+: corrupted free list")
+        << first;
+  }
+}
+
+TEST(Misuse, WildLinkIsReportedNotFollowed) {
+  // A link rewritten to an address outside the span (unmapped here) with
+  // the free tag left intact: reported when it is about to be followed.
+  char* wild = reinterpret_cast<char*>(uintptr_t(0x10000));
+  EXPECT_DEATH(
+      {
+        char* a;
+        char* b;
+        void* keep;
+        FreeTwoLone(&a, &b, &keep);
+        *reinterpret_cast<char**>(a) = wild;
+        *reinterpret_cast<char**>(b) = wild;
+        (void)Opaque(malloc(kLone));
+        (void)Opaque(malloc(kLone));
+        free(keep);
+      },
+      // The default mode names the link itself (secure mode decodes it).
+      std::string("lazymalloc: malloc\\(\\): invalid pointer ") + (LMT_SECURE ? "0x[0-9a-f]+" : "0x10000") +
+          ": corrupted free list");
+}
+
 #if !LMT_SECURE
 
 TEST(Misuse, CorruptedFreeListLinkIsCaughtNotFollowed) {
@@ -333,12 +386,12 @@ TEST(SecureMode, FreedObjectsAreFilled) {
     size_t usable = malloc_usable_size(p);
     memset(p, 0x11, usable);
     free(p);
-    // p sits in the quarantine: still mapped, filled (the first word may
-    // hold an encoded link once it leaves).
+    // p sits in the quarantine: still mapped, filled but for its first 16
+    // bytes (an encoded link once it leaves; its free tag).
     volatile unsigned char* v = p;
     size_t filled = 0;
-    for (size_t i = sizeof(void*); i < usable; ++i) filled += v[i] == 0xdf;
-    EXPECT_EQ(filled, usable - sizeof(void*)) << n;
+    for (size_t i = 16; i < usable; ++i) filled += v[i] == 0xdf;
+    EXPECT_EQ(filled, usable - 16) << n;
   }
 }
 

@@ -91,3 +91,69 @@ TEST(Frontend, CrossThreadFreesAndThreadExitKeepTheBackendConsistent) {
 
 }  // namespace
 }  // namespace lazymalloc
+
+#if LAZYMALLOC_CHECKS
+namespace lazymalloc {
+namespace {
+
+// The free tag is random per process; lm_free_tag lets these tests write it
+// into a live object, the case a program hits by chance (2^-64 per free).
+
+TEST(FrontendChecks, OwnerFreesALiveObjectWhoseDataEqualsItsTag) {
+  void* keep = lm_malloc(64);  // keeps the span when p is freed
+  auto* p = static_cast<uintptr_t*>(lm_malloc(64));
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(p[1], 0u) << "malloc clears the tag word";
+  p[1] = lm_free_tag(p);
+  lm_free(p);  // not on any of the span's lists: a live object, freed
+  EXPECT_EQ(p[1], lm_free_tag(p));
+  // Now it is free for real: a second free is caught ...
+  EXPECT_DEATH(lm_free(p), "lazymalloc: free\\(\\): invalid pointer 0x[0-9a-f]+: double free");
+  // ... and it is handed out again, with its tag cleared.
+  std::vector<void*> v;
+  while (v.size() < 4096 && (v.empty() || v.back() != p)) v.push_back(lm_malloc(64));
+  ASSERT_EQ(v.back(), p);
+  EXPECT_EQ(p[1], 0u);
+  // realloc of a live object carrying its tag: also allowed (same span).
+  p[1] = lm_free_tag(p);
+  EXPECT_EQ(lm_realloc(p, 60), p);
+  for (void* q : v) lm_free(q);
+  lm_free(keep);
+  lm_thread_collect();
+  EXPECT_EQ(lm_check_invariants(), nullptr);
+}
+
+TEST(FrontendChecks, RemoteFreeTakesATagAsADoubleFree) {
+  // The documented limit: a remote free cannot walk the owner's lists.
+  void* keep = lm_malloc(48);
+  auto* p = static_cast<uintptr_t*>(lm_malloc(48));
+  p[1] = lm_free_tag(p);
+  EXPECT_DEATH(std::thread([p] { lm_free(p); }).join(),
+               "lazymalloc: free\\(\\): invalid pointer 0x[0-9a-f]+: double free");
+  p[1] = 0;
+  std::thread([p] { lm_free(p); }).join();  // without the tag: a valid remote free
+  lm_free(keep);
+  lm_thread_collect();
+}
+
+TEST(FrontendChecks, OwnerFindsEachListOnItsWalk) {
+  // p on `free` (after a refill), on `local_free`, and on the remote list.
+  void* keep = lm_malloc(80);
+  void* p = lm_malloc(80);
+  std::thread([p] { lm_free(p); }).join();
+  EXPECT_DEATH(lm_free(p), "double free");  // pending remote free
+  lm_thread_collect();                     // collected: on `free`
+  EXPECT_DEATH(lm_free(p), "double free");
+  std::vector<void*> v;
+  while (v.size() < 4096 && (v.empty() || v.back() != p)) v.push_back(lm_malloc(80));
+  ASSERT_EQ(v.back(), p);
+  lm_free(p);  // on `local_free`
+  EXPECT_DEATH(lm_free(p), "double free");
+  v.pop_back();
+  for (void* q : v) lm_free(q);
+  lm_free(keep);
+}
+
+}  // namespace
+}  // namespace lazymalloc
+#endif
