@@ -40,9 +40,6 @@ int g_stats_fd = 2;
 bool g_secure = false;    // Opt::secure, fixed by lm_init before any span exists
 uint64_t g_link_key = 0;  // secure mode: free-list links are xor'ed with it
 const Platform* g_platform = nullptr;  // the Linux platform unless a test sets one
-bool start_platform_thread(void* (*fn)(void*), void* arg) {
-  return g_platform->start_thread(g_platform->ctx, fn, arg);
-}
 
 __attribute__((tls_model("initial-exec"))) thread_local Heap* tl_heap = &g_empty_heap;
 __attribute__((tls_model("initial-exec"))) thread_local bool tl_initializing = false;
@@ -812,6 +809,7 @@ void lm_set_platform(const Platform* platform) {
   if (g.init_state.load(std::memory_order_acquire) != 2) return;
   g.backend.init(platform, &g.stats, size_t(option(Opt::arena_reserve)), option(Opt::hugepages) != 0);
   g.purger.init(&g.backend, platform, &g.stats);
+  g.releaser.init(&g.backend, &g.purger, platform, &g.stats, unsigned(pal::cpu_count()));
 }
 
 uintptr_t lm_free_tag(const void* p) { return free_tag(p); }
@@ -830,8 +828,7 @@ void lm_init() {
   if (kChecks) g_free_key = pal::random_seed() | 1;
   g.backend.init(g_platform, &g.stats, size_t(option(Opt::arena_reserve)), option(Opt::hugepages) != 0);
   g.purger.init(&g.backend, g_platform, &g.stats);
-  g.releaser.init(&g.backend, &g.purger, g_platform, &g.stats, start_platform_thread,
-                  unsigned(pal::cpu_count()));
+  g.releaser.init(&g.backend, &g.purger, g_platform, &g.stats, unsigned(pal::cpu_count()));
   g.discard.init(&g.backend, g_platform, &g.stats);
   g.purger.attach(&g.discard);
   g.backend.set_hard_limit(uint64_t(option(Opt::memory_limit_hard)));

@@ -11,12 +11,11 @@ constexpr int64_t kWaitSliceNs = 10000000;     // help(true) rechecks every 10 m
 }  // namespace
 
 void Releaser::init(Backend* backend, Purger* purger, const Platform* platform, Stats* stats,
-                    StartThread start_thread, unsigned cpus) {
+                    unsigned cpus) {
   backend_ = backend;
   purger_ = purger;
   platform_ = platform;
   stats_ = stats;
-  start_thread_ = start_thread;
   cpus_ = cpus ? cpus : 1;
 }
 
@@ -24,15 +23,15 @@ unsigned Releaser::workers() const {
   return workers_.load(std::memory_order_acquire) + exiting_.load(std::memory_order_acquire);
 }
 
-size_t Releaser::chunk_len(const Job* j, unsigned c) const {
-  size_t first = size_t(c) * j->chunk_slots;
-  size_t left = j->nslots - first;
-  return left < j->chunk_slots ? left : j->chunk_slots;
+void Releaser::chunk_batch(const Job& j, unsigned c, size_t max_range, PurgeBatch* batch) {
+  size_t first = size_t(c) * j.chunk_slots;
+  size_t left = j.nslots - first;
+  Backend::run_batch(j.first + first, left < j.chunk_slots ? left : j.chunk_slots, max_range, batch);
 }
 
 bool Releaser::claim(Job** job, unsigned* chunk) {
   for (Job& j : jobs_) {
-    if (j.live && j.claimed < j.nchunks) {
+    if (unclaimed(j)) {
       *job = &j;
       *chunk = j.claimed++;
       return true;
@@ -82,7 +81,6 @@ void Releaser::submit(const SlotRun& run, bool dontneed, uint64_t now) {
 }
 
 void Releaser::ensure_workers() {
-  if (!start_thread_) return;
   unsigned want = unsigned(option(Opt::release_workers));
   if (want > cpus_) want = cpus_;
   for (;;) {
@@ -92,7 +90,7 @@ void Releaser::ensure_workers() {
       workers_.fetch_add(1, std::memory_order_relaxed);
       stats_->add(Stat::release_threads, 1);
     }
-    if (!start_thread_(&Releaser::worker_main, this)) {
+    if (!platform_->start_thread(platform_->ctx, &Releaser::worker_main, this)) {
       LockGuard g(lock_);
       workers_.fetch_sub(1, std::memory_order_relaxed);
       stats_->sub(Stat::release_threads, 1);
@@ -111,8 +109,7 @@ bool Releaser::run_one(bool helper) {
     LockGuard g(lock_);
     if (!claim(&j, &c)) return false;
     dontneed = j->dontneed;
-    Backend::run_batch(j->first + size_t(c) * j->chunk_slots, chunk_len(j, c),
-                       size_t(option(Opt::purge_batch)), &batch);
+    chunk_batch(*j, c, size_t(option(Opt::purge_batch)), &batch);
   }
   uint64_t t0 = platform_->now_ns(platform_->ctx);
   bool clean = false;
@@ -168,7 +165,7 @@ void* Releaser::worker_main(void* arg) {
     bool pending = false;
     {
       LockGuard g(self->lock_);
-      for (const Job& j : self->jobs_) pending = pending || (j.live && j.claimed < j.nchunks);
+      for (const Job& j : self->jobs_) pending = pending || unclaimed(j);
       if (!pending) {
         self->workers_.fetch_sub(1, std::memory_order_relaxed);
         self->exiting_.fetch_add(1, std::memory_order_relaxed);
@@ -195,7 +192,7 @@ void Releaser::fork_child() {
     for (unsigned c = 0; c < j.nchunks; ++c) {
       if (j.settled_mask[c / 64] >> (c % 64) & 1) continue;
       PurgeBatch batch;
-      Backend::run_batch(j.first + size_t(c) * j.chunk_slots, chunk_len(&j, c), kSlotSize, &batch);
+      chunk_batch(j, c, kSlotSize, &batch);
       backend_->purge_finish(&batch, false, true);
     }
     j.live = false;

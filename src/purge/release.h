@@ -43,17 +43,14 @@ class Purger;
 
 class Releaser {
  public:
-  using StartThread = bool (*)(void* (*fn)(void*), void* arg);
-
   static constexpr unsigned kMaxJobs = 32;
   static constexpr unsigned kMaxChunks = 256;
 
   constexpr Releaser() = default;
 
-  // `start_thread` starts a detached worker (nullptr: never any worker);
-  // `cpus` bounds the number of workers.
-  void init(Backend* backend, Purger* purger, const Platform* platform, Stats* stats,
-            StartThread start_thread, unsigned cpus);
+  // Workers are started with platform->start_thread; `cpus` bounds their
+  // number.
+  void init(Backend* backend, Purger* purger, const Platform* platform, Stats* stats, unsigned cpus);
 
   // Takes over a run from Backend::release_huge.  Returns once the run is
   // queued, unless the backlog is over release_backlog or no worker can run
@@ -91,7 +88,9 @@ class Releaser {
   bool queue(const SlotRun& run, size_t chunk_slots, bool dontneed, uint64_t now);
   // REQUIRES lock_.
   bool claim(Job** job, unsigned* chunk);
-  size_t chunk_len(const Job* j, unsigned chunk) const;
+  static bool unclaimed(const Job& j) { return j.live && j.claimed < j.nchunks; }
+  // The purge batch of chunk `chunk` of `j` (Backend::run_batch).
+  static void chunk_batch(const Job& j, unsigned chunk, size_t max_range, PurgeBatch* batch);
   void ensure_workers();
   static void* worker_main(void* self);
 
@@ -99,7 +98,6 @@ class Releaser {
   Purger* purger_ = nullptr;
   const Platform* platform_ = nullptr;
   Stats* stats_ = nullptr;
-  StartThread start_thread_ = nullptr;
   unsigned cpus_ = 1;
 
   Mutex lock_;

@@ -20,15 +20,11 @@ namespace {
 
 using test::kMiB;
 
-// Worker starts are recorded, not run: the test plays the workers by calling
-// run_one(), so every interleaving is deterministic.
-std::atomic<int> g_started{0};
-bool record_start(void* (*)(void*), void*) {
-  g_started++;
-  return true;
-}
-bool fail_start(void* (*)(void*), void*) { return false; }
-bool real_start(void* (*fn)(void*), void* arg) {
+// Worker starts go to the fake platform, which counts them and never runs
+// them: the test plays the workers by calling run_one(), so every
+// interleaving is deterministic.  RealWorkersReleaseBlocksFreedByManyThreads
+// gives the releaser a copy of the fake whose start_thread really starts it.
+bool real_start(void*, void* (*fn)(void*), void* arg) {
   std::thread(fn, arg).detach();
   return true;
 }
@@ -42,11 +38,10 @@ class ReleaseTest : public test::PurgeFixture {
     set(Opt::release_workers, 2);
     set(Opt::release_backlog, int64_t(1) << 40);
     set(Opt::huge_retain, 0);
-    g_started = 0;
   }
-  void make(Releaser::StartThread start, unsigned cpus = 2) {
+  void make(unsigned cpus = 2, const Platform* platform = nullptr) {
     releaser = std::make_unique<Releaser>();
-    releaser->init(backend.get(), purger.get(), fake.get(), stats.get(), start, cpus);
+    releaser->init(backend.get(), purger.get(), platform ? platform : fake.get(), stats.get(), cpus);
   }
   // Frees a huge span the way free() does; true if it was kept.
   bool free_huge(Span* s, bool submit = true) {
@@ -62,12 +57,12 @@ class ReleaseTest : public test::PurgeFixture {
 };
 
 TEST_F(ReleaseTest, BlockIsReleasedInBoundedChunksThenReusable) {
-  make(record_start);
+  make();
   Span* s = backend->alloc(40 * kMiB, 16);
   ASSERT_NE(s, nullptr);
   char* where = s->start;
   EXPECT_FALSE(free_huge(s));
-  EXPECT_EQ(g_started.load(), 2) << "workers are started on first need, at most release_workers";
+  EXPECT_EQ(fake.threads_started, 2u) << "workers are started on first need, at most release_workers";
   EXPECT_EQ(st(Stat::release_inflight_bytes), 40 * kMiB);
   EXPECT_EQ(st(Stat::huge_released), 1u);
   expect_sound();
@@ -104,7 +99,7 @@ TEST_F(ReleaseTest, BlockIsReleasedInBoundedChunksThenReusable) {
 }
 
 TEST_F(ReleaseTest, SettledChunksAreReusableBeforeTheWholeBlock) {
-  make(record_start);
+  make();
   Span* s = backend->alloc(40 * kMiB, 16);
   char* where = s->start;
   free_huge(s);
@@ -123,7 +118,7 @@ TEST_F(ReleaseTest, SettledChunksAreReusableBeforeTheWholeBlock) {
 }
 
 TEST_F(ReleaseTest, BudgetKeepsSmallBlocksAndHysteresisGrowsIt) {
-  make(record_start);
+  make();
   set(Opt::huge_retain, 16 * kMiB);
   Span* small = backend->alloc(8 * kMiB, 16);
   EXPECT_TRUE(free_huge(small)) << "8 MiB fits the 16 MiB budget: kept RETAINED";
@@ -145,7 +140,7 @@ TEST_F(ReleaseTest, BudgetKeepsSmallBlocksAndHysteresisGrowsIt) {
 }
 
 TEST_F(ReleaseTest, PressureAndEagerPolicyReleaseEverythingWithTheRightAdvice) {
-  make(record_start);
+  make();
   set(Opt::huge_retain, 1 << 30);
   purger->relieve(1);  // pressure just now
   EXPECT_EQ(purger->huge_retain_budget(fake.now_ns), 0u);
@@ -169,16 +164,17 @@ TEST_F(ReleaseTest, PressureAndEagerPolicyReleaseEverythingWithTheRightAdvice) {
 
 TEST_F(ReleaseTest, WithoutWorkersFreeReleasesInline) {
   set(Opt::release_workers, 0);
-  make(record_start);
+  make();
   free_huge(backend->alloc(40 * kMiB, 16));
-  EXPECT_EQ(g_started.load(), 0);
+  EXPECT_EQ(fake.threads_started, 0u);
   EXPECT_EQ(st(Stat::release_inflight_bytes), 0u);
   EXPECT_EQ(st(Stat::release_helped_chunks), 5u);
   expect_sound();
 }
 
 TEST_F(ReleaseTest, WorkerStartFailureDegradesToInline) {
-  make(fail_start);
+  fake.thread_fault.fail_every(EAGAIN);
+  make();
   free_huge(backend->alloc(40 * kMiB, 16));
   EXPECT_EQ(st(Stat::release_thread_failures), 1u);
   EXPECT_EQ(st(Stat::release_threads), 0u);
@@ -189,15 +185,15 @@ TEST_F(ReleaseTest, WorkerStartFailureDegradesToInline) {
 
 TEST_F(ReleaseTest, WorkersAreBoundedByTheCpus) {
   set(Opt::release_workers, 8);
-  make(record_start, 3);
+  make(3);
   free_huge(backend->alloc(8 * kMiB, 16));
-  EXPECT_EQ(g_started.load(), 3);
+  EXPECT_EQ(fake.threads_started, 3u);
   EXPECT_EQ(releaser->workers(), 3u);
 }
 
 TEST_F(ReleaseTest, BacklogMakesFreeHelp) {
   set(Opt::release_backlog, 16 * kMiB);
-  make(record_start);
+  make();
   free_huge(backend->alloc(40 * kMiB, 16));
   // 40 MiB in flight, over the 16 MiB backlog: free() released 8 MiB chunks
   // itself until 16 MiB were left.
@@ -209,7 +205,7 @@ TEST_F(ReleaseTest, BacklogMakesFreeHelp) {
 }
 
 TEST_F(ReleaseTest, ManyJobsBeyondTheJobTable) {
-  make(record_start);
+  make();
   std::vector<Span*> spans;
   for (unsigned i = 0; i < Releaser::kMaxJobs + 8; ++i) spans.push_back(backend->alloc(2 * kMiB, 16));
   for (Span* s : spans) free_huge(s);  // the last 8 find the table full and help
@@ -224,7 +220,7 @@ TEST_F(ReleaseTest, HugeBlocksUseAtMostMaxChunks) {
   backend = std::make_unique<Backend>();
   backend->init(fake.get(), stats.get(), 1024 * kMiB, false);
   purger->init(backend.get(), fake.get(), stats.get());
-  make(record_start);
+  make();
   free_huge(backend->alloc(1024 * kMiB, 16));  // 512 slots in at most 256 chunks
   releaser->help(true);
   EXPECT_EQ(st(Stat::release_chunks), 256u);
@@ -233,7 +229,7 @@ TEST_F(ReleaseTest, HugeBlocksUseAtMostMaxChunks) {
 }
 
 TEST_F(ReleaseTest, ForkChildSettlesUnfinishedChunksAsRetained) {
-  make(record_start);
+  make();
   free_huge(backend->alloc(40 * kMiB, 16));
   ASSERT_TRUE(releaser->run_one(false));
   // Four chunks are unsettled when the process forks (queued, or being
@@ -258,7 +254,9 @@ TEST_F(ReleaseTest, RealWorkersReleaseBlocksFreedByManyThreads) {
   backend = std::make_unique<Backend>();
   backend->init(fake.get(), stats.get(), 512 * kMiB, false);
   purger->init(backend.get(), fake.get(), stats.get());
-  make(real_start);
+  Platform with_threads = *fake.get();
+  with_threads.start_thread = real_start;
+  make(2, &with_threads);
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&, t] {
