@@ -43,7 +43,7 @@ int Purger::advise_ranges(const PurgeBatch* b, Advice advice, unsigned* calls) {
   return rc;
 }
 
-int Purger::advise(PurgeBatch* b, bool dontneed, bool* clean_out) {
+int Purger::advise(PurgeBatch* b, bool dontneed, bool* clean_out, uint64_t* ns) {
   bool clean = dontneed || free_unsupported();
   uint64_t t0 = platform_->now_ns(platform_->ctx);
   unsigned calls = 0;
@@ -59,7 +59,9 @@ int Purger::advise(PurgeBatch* b, bool dontneed, bool* clean_out) {
     rc = advise_ranges(b, Advice::kDontNeed, &more);
     calls += more;
   }
-  stats_->add(Stat::purge_ns, platform_->now_ns(platform_->ctx) - t0);
+  uint64_t took = platform_->now_ns(platform_->ctx) - t0;
+  stats_->add(Stat::purge_ns, took);
+  if (ns) *ns = took;
   stats_->add(clean ? Stat::purge_dontneed_calls : Stat::purge_lazy_calls, calls);
   if (rc != 0) {
     // Settled as still RETAINED (the whole batch): conservative, since

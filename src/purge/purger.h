@@ -80,9 +80,9 @@ class Purger {
   // Advises every range of `batch`: MADV_FREE, or MADV_DONTNEED when
   // `dontneed` or when the kernel refuses MADV_FREE (then for good).  Counts
   // calls, bytes and time.  Returns 0 or the kernel's errno; *clean tells
-  // which advice took effect.  Does not settle the batch (purge_finish).
-  // Safe from several threads at once.
-  int advise(PurgeBatch* batch, bool dontneed, bool* clean);
+  // which advice took effect, *ns (if given) the time it took.  Does not
+  // settle the batch (purge_finish).  Safe from several threads at once.
+  int advise(PurgeBatch* batch, bool dontneed, bool* clean, uint64_t* ns = nullptr);
   // One advice for the ranges of `batch`: one process_madvise(2) vector where
   // the kernel takes it (remembered when it does not), else madvise per range.
   // 0 or an errno value; *calls gets the system calls made.

@@ -111,10 +111,9 @@ bool Releaser::run_one(bool helper) {
     dontneed = j->dontneed;
     chunk_batch(*j, c, size_t(option(Opt::purge_batch)), &batch);
   }
-  uint64_t t0 = platform_->now_ns(platform_->ctx);
   bool clean = false;
-  int rc = purger_->advise(&batch, dontneed, &clean);
-  uint64_t t1 = platform_->now_ns(platform_->ctx);
+  uint64_t busy = 0;
+  int rc = purger_->advise(&batch, dontneed, &clean, &busy);
   uint64_t bytes = batch.bytes;
   {
     LockGuard g(lock_);
@@ -122,14 +121,15 @@ bool Releaser::run_one(bool helper) {
     j->settled_mask[c / 64] |= uint64_t(1) << (c % 64);
     if (++j->settled == j->nchunks) {
       j->live = false;
-      stats_->add(Stat::release_ns, t1 > j->start_ns ? t1 - j->start_ns : 0);
+      uint64_t now = platform_->now_ns(platform_->ctx);
+      stats_->add(Stat::release_ns, now > j->start_ns ? now - j->start_ns : 0);
     }
     // Counted before the chunk leaves the in-flight bytes: whoever sees
     // those reach 0 (help(true), tests) sees every count.
     stats_->add(Stat::release_chunks, 1);
     if (helper) stats_->add(Stat::release_helped_chunks, 1);
     if (rc == 0) stats_->add(Stat::release_bytes, bytes);
-    stats_->add(Stat::release_busy_ns, t1 - t0);
+    stats_->add(Stat::release_busy_ns, busy);
     stats_->sub(Stat::release_inflight_bytes, bytes);
   }
   settle_seq_.fetch_add(1, std::memory_order_release);
