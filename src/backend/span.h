@@ -46,7 +46,7 @@ struct alignas(64) Span {
   char* start;
   size_t bytes;         // units * 64 KiB, or slots * 2 MiB
   Heap* heap;           // owner (small spans), nullptr otherwise
-  uint64_t div_magic;   // (offset * div_magic) >> 40 == offset / obj_size (offset < 2 MiB)
+  uint64_t div_magic;   // 2^64 / obj_size rounded up: index and divisibility (frontend/heap.cc, block_pos)
   uint32_t obj_size;    // bytes per object (the usable size)
   uint32_t reserved;    // objects carved so far (the rest were never touched);
                         // here, not in line 1, as remote frees read it

@@ -58,7 +58,7 @@ constexpr ClassTable make_class_table() {
   for (unsigned c = 0; c < kSmallClasses; ++c) {
     t.direct[c] = {255, 0};
     t.units[c] = uint8_t(span_units(c));
-    t.magic[c] = ((uint64_t(1) << 40) + class_size(c) - 1) / class_size(c);
+    t.magic[c] = class_magic(class_size(c));
   }
   for (unsigned i = 0; i < kDirectSlots; ++i) {
     size_t size = i * 16;
@@ -77,13 +77,17 @@ constexpr ClassTable kClasses = make_class_table();
 
 void report_stderr(const char* msg, size_t len) { pal::write_fd(2, msg, len); }
 
-inline size_t block_index(const Span* s, const void* p) {
-  uintptr_t off = reinterpret_cast<uintptr_t>(p) - reinterpret_cast<uintptr_t>(s->start);
-  return size_t((uint64_t(off) * s->div_magic) >> 40);
+// Where p falls in small span s (size_class.h).
+LM_INLINE ObjectPos block_pos(const Span* s, const void* p) {
+  return object_pos(reinterpret_cast<uintptr_t>(p) - reinterpret_cast<uintptr_t>(s->start), s->div_magic);
 }
 
-inline bool is_block_start(const Span* s, const void* p) {
-  return s->start + block_index(s, p) * s->obj_size == static_cast<const char*>(p);
+// The index of the object p points to in small span s; aborts, naming
+// `fn`, if p is not an object's first byte.
+inline size_t object_index(const char* fn, const Span* s, const void* p) {
+  ObjectPos pos = block_pos(s, p);
+  if (!pos.start) lm_invalid_pointer(fn, p, "points inside an object");
+  return size_t(pos.index);
 }
 
 // Large and huge blocks start `lead` bytes into their span (secure mode
@@ -247,8 +251,26 @@ void full_remove(Heap* h, Span* s) {
   s->in_full = 0;
 }
 
-// Points the direct slots of class `c` at its queue head.
+// Moves class c's head reference to its current span.  The current span of
+// a class, if it is one unit, counts one phantom object in `used`, so that
+// freeing its last real object does not look like the span emptying: a
+// malloc/free loop stays on the fast paths, and an empty span goes back to
+// the backend only once it is no longer current.  A multi-unit span holds
+// no reference and goes back as soon as it empties, so a quiet thread holds
+// at most 64 KiB per class in empty spans.
+void move_head_ref(Heap* h, unsigned c, Span* to) {
+  Span* from = h->head_ref[c];
+  if (from == to) return;
+  if (from) from->used--;
+  if (to) to->used++;
+  h->head_ref[c] = to;
+}
+
+// After class c's queue changed: moves the head reference and points the
+// direct slots at the queue head.
 void update_direct(Heap* h, unsigned c) {
+  Span* head = h->queue[c].head;
+  move_head_ref(h, c, head && head->bytes <= kUnitSize ? head : nullptr);
   // Secure mode keeps every direct slot empty: all allocations take
   // alloc_class, which decodes the free-list links.
   Span* s = h->queue[c].head && !g_secure ? h->queue[c].head : &g_empty_span;
@@ -454,6 +476,7 @@ void heap_collect(Heap* h, bool release_empty) {
   process_delayed(h);
   for (unsigned c = 0; c < kSmallClasses; ++c) {
     SpanQueue& q = h->queue[c];
+    move_head_ref(h, c, nullptr);  // update_direct gives it back
     for (Span* s = q.head; s;) {
       Span* next = s->next;
       collect_remote(s);
@@ -616,8 +639,8 @@ LM_NOINLINE void* malloc_generic(size_t size, size_t align, bool* zero) {
 }
 
 // After an owner's free was pushed on local_free: a span that was full goes
-// back in its queue; an empty one goes back to the backend unless it is its
-// class's current span of one unit.
+// back in its queue; an empty one goes back to the backend (the current
+// span never looks empty: see update_direct).
 void local_free_attention(Heap* h, Span* s) {
   if (s->in_full) {
     if (!xfree_transition(s, kXfreeNotify, kXfreeNormal)) {
@@ -628,9 +651,7 @@ void local_free_attention(Heap* h, Span* s) {
     queue_push_front(h->queue[s->cls], s);
     update_direct(h, s->cls);
   }
-  // A current span of more than one unit goes back too, so a quiet thread
-  // holds at most 64 KiB per class in empty spans.
-  if (s->used == 0 && (h->queue[s->cls].head != s || s->bytes > kUnitSize)) {
+  if (s->used == 0) {
     uintptr_t x = s->xfree.load(std::memory_order_acquire);
     if ((x & kXfreeMask) == kXfreeNormal) {
       queue_remove(h->queue[s->cls], s);
@@ -723,8 +744,7 @@ void secure_free(Heap* h, Span* s, size_t i, void* p) {
 
 LM_NOINLINE void free_generic(Span* s, void* p) {
   if (s->kind == SpanKind::kSmall) {
-    size_t i = block_index(s, p);
-    if (s->start + i * s->obj_size != p) lm_invalid_pointer("free", p, "points inside an object");
+    size_t i = object_index("free", s, p);
     Heap* h = tl_heap;
     if (g_secure) {
       secure_free(h, s, i, p);
@@ -773,8 +793,7 @@ bool move_huge(Span* s, void* q) {
 // was wrong and aborts, or, for a live object whose data equalled its tag,
 // completes the free.
 LM_NOINLINE void free_failed(Span* s, void* p) {
-  size_t i = block_index(s, p);
-  if (s->start + i * s->obj_size != p) lm_invalid_pointer("free", p, "points inside an object");
+  size_t i = object_index("free", s, p);
   Heap* h = tl_heap;
   check_live("free", h, s, i, p);
   // Checks on, and p is live: its data merely equalled its tag.
@@ -856,18 +875,16 @@ void lm_free(void* p) {
   Span* s = checked_span("free", p);
   Heap* h = tl_heap;
   if (LM_LIKELY(s->heap == h)) {
-    size_t i = block_index(s, p);
+    ObjectPos pos = block_pos(s, p);
+    if (LM_UNLIKELY(!pos.start)) return free_failed(s, p);
     if constexpr (kChecks) {
-      // A carved object start that does not carry its tag (separate
-      // branches: cheaper than combining the tests).
+      // A carved object that does not carry its tag (separate branches:
+      // cheaper than combining the tests).
       uintptr_t tag = free_tag(p);
-      if (LM_UNLIKELY(s->start + i * s->obj_size != p)) return free_failed(s, p);
-      if (LM_UNLIKELY(i >= s->reserved)) return free_failed(s, p);
+      if (LM_UNLIKELY(pos.index >= s->reserved)) return free_failed(s, p);
       if (LM_UNLIKELY(tag_word(p) == tag)) return free_failed(s, p);
       tag_word(p) = tag;  // before the push (fork: see take)
       std::atomic_signal_fence(std::memory_order_seq_cst);
-    } else if (LM_UNLIKELY(s->start + i * s->obj_size != p)) {
-      return free_failed(s, p);
     }
     Block* b = static_cast<Block*>(p);
     b->next = s->local_free;
@@ -920,8 +937,7 @@ void* lm_realloc(void* p, size_t size) {
   }
   Span* s = checked_span("realloc", p);
   if (s->kind == SpanKind::kSmall) {
-    if (!is_block_start(s, p)) lm_invalid_pointer("realloc", p, "points inside an object");
-    check_live("realloc", tl_heap, s, block_index(s, p), p);
+    check_live("realloc", tl_heap, s, object_index("realloc", s, p), p);
   } else if (s->discard) {
     lm_invalid_pointer("realloc", p, "discardable memory");
   } else if (p != block_start(s)) {

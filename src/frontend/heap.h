@@ -42,6 +42,7 @@ struct Heap {
 
   Span* direct[kDirectSlots] = {};  // (size + 15) / 16 -> head span of its class
   SpanQueue queue[kSmallClasses] = {};
+  Span* head_ref[kSmallClasses] = {};  // holds a phantom object (update_direct)
   Span* full = nullptr;             // spans with no free object (doubly linked)
   std::atomic<Span*> delayed{nullptr};
   HeapStats stats;

@@ -59,6 +59,23 @@ constexpr unsigned span_units(unsigned c) {
   return kUnitsPerSlot;
 }
 
+// Where an offset falls in a span of objects of one size, by one
+// 64x64->128 multiplication with class_magic(size) = 2^64 / size rounded up
+// (Lemire, Kaser and Kurz, "Faster remainder by direct computation", 2019;
+// exact for offsets and sizes below 2^32, and spans are at most 2 MiB): the
+// high half of offset * magic is offset / size, and the low half is below
+// the magic exactly when offset is a multiple of size.
+constexpr uint64_t class_magic(size_t size) { return ~uint64_t(0) / size + 1; }
+
+struct ObjectPos {
+  uint64_t index;  // offset / size
+  bool start;      // offset % size == 0
+};
+inline ObjectPos object_pos(uint64_t offset, uint64_t magic) {
+  unsigned __int128 prod = static_cast<unsigned __int128>(offset) * magic;
+  return {uint64_t(prod >> 64), uint64_t(prod) < magic};
+}
+
 static_assert(class_size(kSmallClasses - 1) == kMaxSmall);
 static_assert(class_size(7) == 128 && class_size(8) == 160 && class_size(11) == 256);
 

@@ -47,6 +47,21 @@ TEST(SizeClass, SpansHoldAtLeastEightObjectsWithLittleTail) {
   }
 }
 
+// The free path's geometry: every offset of every class's span, against
+// division.
+TEST(SizeClass, ObjectPosMatchesDivisionForEveryOffset) {
+  for (unsigned c = 0; c < kSmallClasses; ++c) {
+    const size_t size = class_size(c);
+    const uint64_t magic = class_magic(size);
+    const size_t bytes = size_t(span_units(c)) * kUnitSize;
+    for (uint64_t off = 0; off < bytes; ++off) {
+      ObjectPos pos = object_pos(off, magic);
+      ASSERT_EQ(pos.index, off / size) << "class " << c << " offset " << off;
+      ASSERT_EQ(pos.start, off % size == 0) << "class " << c << " offset " << off;
+    }
+  }
+}
+
 TEST(Bits, FindZeroRunMatchesBruteForce) {
   uint32_t x = 12345;
   for (int iter = 0; iter < 20000; ++iter) {
