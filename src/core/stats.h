@@ -104,10 +104,11 @@ class Writer;
   X(discarded_bytes, counter, "bytes of discardable blocks discarded")
 
 #define LAZYMALLOC_HEAP_STATS(X)                                                                 \
-  X(span_refills, counter, "slow-path refills of a size class (new or reused span)")             \
+  X(span_refills, counter, "refills of a thread's cache of a size class from its spans (new or reused span)") \
+  X(cache_flushes, counter, "times a thread's cache of a size class overflowed and returned objects to their spans") \
   X(spans_acquired, counter, "small spans taken from the backend")                               \
   X(spans_released, counter, "empty small spans given back to the backend")                      \
-  X(remote_frees, counter, "frees of objects owned by another thread's heap")                    \
+  X(remote_frees, counter, "freed objects returned to a span of another thread's heap (from a cache flush)") \
   X(delayed_spans, counter, "full spans revived by another thread's free")                       \
   X(large_frees, counter, "large and huge blocks freed")                                         \
   X(discardable_lock_hits, counter, "discardable locks that found the contents intact")          \

@@ -19,8 +19,7 @@ namespace {
 
 // ------------------------------------------------------------ global state
 
-Span g_empty_span{};  // free == nullptr: every fast path through it misses
-constinit Heap g_empty_heap(&g_empty_span);
+constinit Heap g_empty_heap;  // tl_heap of a thread that has none
 
 struct Global {
   Stats stats;
@@ -38,38 +37,60 @@ struct Global {
 constinit Global g;
 int g_stats_fd = 2;
 bool g_secure = false;    // Opt::secure, fixed by lm_init before any span exists
-uint64_t g_link_key = 0;  // secure mode: free-list links are xor'ed with it
+uint64_t g_link_key = 0;  // free-list links are xor'ed with it and their address (0: plain)
 const Platform* g_platform = nullptr;  // the Linux platform unless a test sets one
 
 __attribute__((tls_model("initial-exec"))) thread_local Heap* tl_heap = &g_empty_heap;
 __attribute__((tls_model("initial-exec"))) thread_local bool tl_initializing = false;
+// heap_thread_exit ran: a free no longer gives the thread a heap.
+__attribute__((tls_model("initial-exec"))) thread_local bool tl_exited = false;
 
-// Direct-lookup range of each class: direct[i] serves sizes (i-1)*16+1..i*16.
-struct DirectRange {
-  uint8_t lo, hi;
+// A thread's cache of free objects of one size class (heap.h), in two
+// lists like a span's: malloc pops `head`, free pushes `freed`, and `freed`
+// becomes `head` when `head` runs dry.  Two lists, so that a malloc does not
+// read what the last free of its class just wrote (one list makes every
+// malloc/free pair a chain of store-to-load forwards through the list head
+// and the object: measured 40% slower on a malloc/free loop).  The links
+// are encoded and tagged like a span's.  `max` is 0 until the thread has a
+// heap, from thread exit on, and always in secure mode: then every free
+// flushes at once.
+struct alignas(32) Bin {
+  Block* head;
+  Block* freed;
+  int32_t room;  // max - objects listed: the free that takes it below 0 flushes
+  uint32_t max;
+  uint32_t count() const { return uint32_t(int32_t(max) - room); }
+  void set_max(uint32_t m) {
+    room += int32_t(m) - int32_t(max);
+    max = m;
+  }
 };
+__attribute__((tls_model("initial-exec"))) thread_local Bin tl_bins[kSmallClasses];
+
+// A bin holds up to 32 KiB of its class (at most 256 objects); classes
+// above 32 KiB are not cached.
+constexpr uint32_t bin_max(unsigned c) {
+  size_t n = size_t(32768) / class_size(c);
+  return uint32_t(n > 256 ? 256 : n);
+}
+
 struct ClassTable {
-  DirectRange direct[kSmallClasses];
+  uint8_t slot_class[kDirectSlots];  // (size + 15) / 16 -> class, sizes <= kDirectMax
   uint8_t units[kSmallClasses];
+  uint32_t bin_max[kSmallClasses];
   uint64_t magic[kSmallClasses];
 };
 constexpr ClassTable make_class_table() {
   ClassTable t{};
   for (unsigned c = 0; c < kSmallClasses; ++c) {
-    t.direct[c] = {255, 0};
     t.units[c] = uint8_t(span_units(c));
+    t.bin_max[c] = bin_max(c);
     t.magic[c] = class_magic(class_size(c));
   }
+  unsigned c = 0;
   for (unsigned i = 0; i < kDirectSlots; ++i) {
-    size_t size = i * 16;
-    unsigned c = size <= 128 ? (size ? unsigned((size - 1) >> 4) : 0) : 0;
-    if (size > 128) {
-      size_t s = size - 1;
-      unsigned b = 63 - unsigned(__builtin_clzll(s));
-      c = 8 + (b - 7) * 4 + unsigned((s >> (b - 2)) & 3);
-    }
-    if (t.direct[c].lo == 255) t.direct[c].lo = uint8_t(i);
-    t.direct[c].hi = uint8_t(i);
+    while (class_size(c) < i * 16) ++c;
+    t.slot_class[i] = uint8_t(c);
   }
   return t;
 }
@@ -94,37 +115,19 @@ inline size_t object_index(const char* fn, const Span* s, const void* p) {
 // puts them against the guard page).
 inline char* block_start(const Span* s) { return s->start + s->lead; }
 
-// Secure mode tags Span::heap with bit 0, so that the owner test of the
-// free fast path fails and every free takes free_generic.
-inline Heap* owner_of(const Span* s) {
-  return reinterpret_cast<Heap*>(reinterpret_cast<uintptr_t>(s->heap) & ~uintptr_t(1));
-}
 
 // ------------------------------------------------------------ checks
 
-// Free-list links.  In secure mode a link is stored xor'ed with a
-// per-process key and its own address, so that an overwritten freed object
-// fails validation when it is popped instead of being followed.  Only slow
-// paths call these: in secure mode the fast paths never run.
-inline Block* link_get(const Block* b) {
-  uintptr_t v = reinterpret_cast<uintptr_t>(b->next);
-  if (g_secure) v ^= g_link_key ^ reinterpret_cast<uintptr_t>(b);
-  return reinterpret_cast<Block*>(v);
-}
-inline void link_set(Block* b, Block* next) {
-  uintptr_t v = reinterpret_cast<uintptr_t>(next);
-  if (g_secure) v ^= g_link_key ^ reinterpret_cast<uintptr_t>(b);
-  b->next = reinterpret_cast<Block*>(v);
-}
-
-// Free tags (checks on).  A freed small object carries in its second word
+// Free tags (checks on).  A free small object carries in its second word
 // (objects are >= 16 bytes) its tag, g_free_key ^ its own address: every
-// free writes it before the object is listed (owner, remote, secure mode's
-// quarantine), carve writes it into never-used objects, and malloc clears
-// the word when it hands the object out (the line it reads `next` from).
-// So "tag present" means "free, not handed out since".  The key is odd and
-// objects are 16-byte aligned, so a tag is never the 0 malloc leaves; being
-// address-bound, a tag copied elsewhere (memmove of stale bytes) is no tag.
+// list insertion writes it (link_set, and the free fast path), carve tags
+// never-used objects, and malloc clears the word when it hands the object
+// out (the line it reads the link from).  So "tag present" means "free, not
+// handed out since".  The key is odd and random per process, and objects
+// are 16-byte aligned, so live data matches by chance with probability
+// 2^-64 per free; being address-bound, a tag copied elsewhere (memmove of
+// stale bytes) is no tag.  free() tests the tag without reading the first
+// word, which the program has often just written in a narrower store.
 uintptr_t g_free_key = 1;
 
 inline uintptr_t& tag_word(void* p) { return static_cast<uintptr_t*>(p)[1]; }
@@ -135,6 +138,29 @@ inline bool has_free_tag(void* p) { return tag_word(p) == free_tag(p); }
 inline void set_free_tag(void* p) {
   if constexpr (kChecks) tag_word(p) = free_tag(p);
   std::atomic_signal_fence(std::memory_order_seq_cst);
+}
+
+// Free-list links.  With checks, or in secure mode, a link is stored xor'ed
+// with g_link_key and its own address (with checks and not secure, the key
+// is g_free_key, so the mask equals the tag and the fast paths reuse it;
+// secure mode has a key of its own).  A link overwritten after the free
+// then decodes to garbage, which the pops reject (valid_link, in_span)
+// instead of following it.  link_set tags too.
+inline uintptr_t link_mask(const void* b) {
+  return g_link_key ? g_link_key ^ reinterpret_cast<uintptr_t>(b) : 0;
+}
+inline Block* link_get(const Block* b) {
+  return reinterpret_cast<Block*>(reinterpret_cast<uintptr_t>(b->next) ^ link_mask(b));
+}
+inline void link_set(Block* b, Block* next) {
+  b->next = reinterpret_cast<Block*>(reinterpret_cast<uintptr_t>(next) ^ link_mask(b));
+  set_free_tag(b);
+}
+// A decoded link can be followed: null or a 16-byte aligned address below
+// 2^kAddressBits (a garbage link passes with probability 2^-20).
+inline bool valid_link(const Block* next) {
+  constexpr uintptr_t kBad = ~((uintptr_t(1) << kAddressBits) - 1) | (kMinAlign - 1);
+  return (reinterpret_cast<uintptr_t>(next) & kBad) == 0;
 }
 
 // True if `b` (any value: maybe a corrupted link) lies inside span s, so
@@ -158,15 +184,9 @@ inline Block* walk_link(const Span* s, Block* b, uint32_t& steps) {
   return link_get(b);
 }
 
-// Pops `b`, the head of the allocation list.  With checks, two
-// well-predicted tests come first: `b` lies in the span (so a wild link is
-// reported, never dereferenced) and carries its tag (a use after free or
-// overflow that rewrote its first 16 bytes fails it).  The unlink comes
-// before the tag is cleared, so an owner stopped in between by fork()
-// leaks the object in the child rather than leaving it listed untagged.
-// The failure path of take(), a tail call so the fast path needs no frame
-// (noipa: gcc would otherwise see that it never returns and call it, which
-// costs the fast path a stack adjustment).
+// The failure path of the pops below, a tail call so the malloc fast path
+// needs no frame (noipa: gcc would otherwise see that it never returns and
+// call it, which costs the fast path a stack adjustment).
 #if defined(__clang__)
 LM_NOINLINE
 #else
@@ -174,50 +194,52 @@ __attribute__((noipa))
 #endif
 Block* take_failed(const Block* b) { corrupt_list(b); }
 
-template <bool kEncoded>
+// Pops `b`, the head of span s's allocation list (slow paths: refills and
+// secure mode).  With checks, `b` must lie in the span and carry its tag.
+// The unlink comes before the tag is cleared, so an owner stopped in
+// between by fork() leaks the object in the child rather than leaving it
+// listed untagged.
 LM_INLINE Block* take(Span* s, Block* b) {
   if constexpr (kChecks) {
     if (LM_UNLIKELY(!in_span(s, b))) return take_failed(b);
     if (LM_UNLIKELY(!has_free_tag(b))) return take_failed(b);
-    s->free = kEncoded ? link_get(b) : b->next;
+    s->free = link_get(b);
     std::atomic_signal_fence(std::memory_order_seq_cst);
     tag_word(b) = 0;
   } else {
-    s->free = kEncoded ? link_get(b) : b->next;
+    s->free = link_get(b);
   }
   s->used++;
   return b;
 }
 
-// True if p is on one of span s's lists: `free`, `local_free`, or the
-// remote frees not yet collected (a snapshot of `xfree`: only the owner
-// takes entries off it, so the snapshot's links stay put).  Owner only.
-bool listed_free(const Span* s, const void* p) {
-  Block* lists[3] = {s->free, s->local_free,
-                     reinterpret_cast<Block*>(s->xfree.load(std::memory_order_acquire) & ~kXfreeMask)};
-  for (Block* b : lists) {
-    uint32_t steps = 0;
-    for (; b; b = walk_link(s, b, steps)) {
-      if (b == p) return true;
-    }
+// Pops `b`, the head of a bin (the malloc fast path; never in secure
+// mode).  With checks, b must carry its tag and its link must decode to an
+// address that may be followed.
+LM_INLINE Block* bin_pop(Bin& bin, Block* b) {
+  if constexpr (kChecks) {
+    uintptr_t tag = free_tag(b);  // == link_mask(b)
+    if (LM_UNLIKELY(tag_word(b) != tag)) return take_failed(b);
+    Block* next = reinterpret_cast<Block*>(reinterpret_cast<uintptr_t>(b->next) ^ tag);
+    if (LM_UNLIKELY(!valid_link(next))) return take_failed(b);
+    bin.head = next;
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    tag_word(b) = 0;
+  } else {
+    bin.head = b->next;
   }
-  return false;
+  bin.room++;
+  return b;
 }
 
-// Aborts unless heap h may free (or realloc) object i, at p, of small span
-// s: it must have been carved and must not carry its tag.  The owner
-// confirms a tag by finding p on the span's lists (not there: a live
-// object whose data equals its tag by chance, which is allowed); a remote
-// free, and any free in secure mode (p may sit in another thread's
-// quarantine, where no list walk sees it), takes the tag as proof.
-void check_live(const char* fn, Heap* h, Span* s, size_t i, void* p) {
+// Aborts unless object i, at p, of small span s may be freed (or
+// reallocated): it must have been carved and must not carry its tag.
+void check_live(const char* fn, const Span* s, size_t i, void* p) {
   if constexpr (kChecks) {
     if (i >= __atomic_load_n(&s->reserved, __ATOMIC_RELAXED)) {
       lm_invalid_pointer(fn, p, "not allocated (never handed out)");
     }
-    if (LM_UNLIKELY(has_free_tag(p)) && (g_secure || s->heap != h || listed_free(s, p))) {
-      lm_invalid_pointer(fn, p, "double free (already freed)");
-    }
+    if (LM_UNLIKELY(has_free_tag(p))) lm_invalid_pointer(fn, p, "double free (already freed)");
   }
 }
 
@@ -253,11 +275,12 @@ void full_remove(Heap* h, Span* s) {
 
 // Moves class c's head reference to its current span.  The current span of
 // a class, if it is one unit, counts one phantom object in `used`, so that
-// freeing its last real object does not look like the span emptying: a
-// malloc/free loop stays on the fast paths, and an empty span goes back to
-// the backend only once it is no longer current.  A multi-unit span holds
-// no reference and goes back as soon as it empties, so a quiet thread holds
-// at most 64 KiB per class in empty spans.
+// a bin flush that returns its last object does not look like the span
+// emptying (a bin oscillating at its bound would otherwise hand its span
+// back and forth): an empty span goes back to the backend only once it is
+// no longer current.  A multi-unit span holds no reference and goes back
+// as soon as it empties, so a quiet thread holds at most 64 KiB per class
+// in empty spans.
 void move_head_ref(Heap* h, unsigned c, Span* to) {
   Span* from = h->head_ref[c];
   if (from == to) return;
@@ -266,17 +289,10 @@ void move_head_ref(Heap* h, unsigned c, Span* to) {
   h->head_ref[c] = to;
 }
 
-// After class c's queue changed: moves the head reference and points the
-// direct slots at the queue head.
-void update_direct(Heap* h, unsigned c) {
+// After class c's queue changed: moves the head reference.
+void queue_changed(Heap* h, unsigned c) {
   Span* head = h->queue[c].head;
   move_head_ref(h, c, head && head->bytes <= kUnitSize ? head : nullptr);
-  // Secure mode keeps every direct slot empty: all allocations take
-  // alloc_class, which decodes the free-list links.
-  Span* s = h->queue[c].head && !g_secure ? h->queue[c].head : &g_empty_span;
-  const DirectRange r = kClasses.direct[c];
-  if (r.lo == 255) return;
-  for (unsigned i = r.lo; i <= r.hi; ++i) h->direct[i] = s;
 }
 
 // Sets the xfree state bits from `from` to `to`, keeping the list.
@@ -319,14 +335,11 @@ void carve(Span* s) {
   if (n > left) n = left;
   char* p = s->start + size_t(s->reserved) * s->obj_size;
   auto obj = [&](uint32_t i) { return reinterpret_cast<Block*>(p + size_t(i) * s->obj_size); };
-  // Tagged before they are listed (fork: see take).
-  if constexpr (kChecks) {
-    for (uint32_t i = 0; i < n; ++i) set_free_tag(obj(i));
-  }
+  // link_set tags each object before the batch is listed (fork: see take).
   if (g_secure) {
     // Secure mode: the batch is linked in a random order (Fisher-Yates).
     uint16_t order[16384 / 16];
-    Heap* h = owner_of(s);
+    Heap* h = s->heap;
     for (uint32_t i = 0; i < n; ++i) order[i] = uint16_t(i);
     for (uint32_t i = n; i > 1; --i) {
       h->rng ^= h->rng << 13;
@@ -341,8 +354,8 @@ void carve(Span* s) {
     link_set(obj(order[n - 1]), s->free);
     s->free = obj(order[0]);
   } else {
-    for (uint32_t i = 0; i + 1 < n; ++i) obj(i)->next = obj(i + 1);
-    obj(n - 1)->next = s->free;
+    for (uint32_t i = 0; i + 1 < n; ++i) link_set(obj(i), obj(i + 1));
+    link_set(obj(n - 1), s->free);
     s->free = obj(0);
   }
   // Atomic: remote frees read it (check_live).
@@ -398,7 +411,7 @@ void process_delayed(Heap* h) {
     if (s->in_full) {
       full_remove(h, s);
       queue_push_front(h->queue[s->cls], s);
-      update_direct(h, s->cls);
+      queue_changed(h, s->cls);
       h->stats.inc(HeapStat::delayed_spans);
     }
     s = next;
@@ -419,17 +432,46 @@ Span* span_new(Heap* h, unsigned c) {
   s->free = s->local_free = nullptr;
   s->xfree.store(0, std::memory_order_relaxed);
   s->xfree_count.store(0, std::memory_order_relaxed);
-  s->heap = g_secure ? reinterpret_cast<Heap*>(reinterpret_cast<uintptr_t>(h) | 1) : h;
+  s->heap = h;
   h->stats.inc(HeapStat::spans_acquired);
   return s;
 }
 
-// The slow path of small allocation: find or make a span with a free object.
+// Moves up to half the bin's bound of objects from the head of span s's
+// allocation list into the bin (not in secure mode: its bins stay empty).
+void bin_refill(Bin& bin, Span* s) {
+  uint32_t want = bin.max / 2;
+  Block* first = s->free;
+  if (!first || !want) return;
+  uint32_t n = 0, steps = 0;
+  Block* last = nullptr;
+  Block* b = first;
+  while (b && n < want) {
+    last = b;
+    b = walk_link(s, b, steps);  // validated as it is walked
+    ++n;
+  }
+  s->free = b;
+  s->used += n;
+  link_set(last, bin.head);
+  bin.head = first;
+  bin.room -= int32_t(n);
+}
+
+// The slow path of small allocation: pops from the thread's bin (classes
+// above kDirectMax come here first), else finds or makes a span with a
+// free object, takes one and refills the bin from the rest.
 LM_NOINLINE void* alloc_class(Heap* h, unsigned c) {
+  Bin& bin = tl_bins[c];
+  if (!bin.head && bin.freed) {
+    bin.head = bin.freed;
+    bin.freed = nullptr;
+  }
+  if (bin.head) return bin_pop(bin, bin.head);
   if (g_secure) {
-    // Secure mode's fast path (its direct slots are always empty).
+    // Secure mode's fast path (its bins are always empty).
     Span* head = h->queue[c].head;
-    if (head && head->free) return take<true>(head, head->free);
+    if (head && head->free) return take(head, head->free);
   }
   h->stats.inc(HeapStat::span_refills);
   if (h->delayed.load(std::memory_order_relaxed)) process_delayed(h);
@@ -458,25 +500,28 @@ LM_NOINLINE void* alloc_class(Heap* h, unsigned c) {
   } else {
     s = span_new(h, c);
     if (!s) {
-      update_direct(h, c);
+      queue_changed(h, c);
       return nullptr;
     }
     span_collect(s);
     queue_push_front(q, s);
   }
-  update_direct(h, c);
-  return take<true>(s, s->free);
+  queue_changed(h, c);
+  Block* b = take(s, s->free);
+  bin_refill(bin, s);
+  return b;
 }
 
 // ------------------------------------------------------------ heaps
 
 void quarantine_flush(Heap* h);
+void bins_return_all(Heap* h, bool disable);
 
 void heap_collect(Heap* h, bool release_empty) {
   process_delayed(h);
   for (unsigned c = 0; c < kSmallClasses; ++c) {
     SpanQueue& q = h->queue[c];
-    move_head_ref(h, c, nullptr);  // update_direct gives it back
+    move_head_ref(h, c, nullptr);  // queue_changed gives it back
     for (Span* s = q.head; s;) {
       Span* next = s->next;
       collect_remote(s);
@@ -486,13 +531,15 @@ void heap_collect(Heap* h, bool release_empty) {
       }
       s = next;
     }
-    update_direct(h, c);
+    queue_changed(h, c);
   }
 }
 
 void heap_thread_exit(void* arg) {
   Heap* h = static_cast<Heap*>(arg);
   if (!h || h != tl_heap) return;
+  tl_exited = true;
+  bins_return_all(h, true);
   quarantine_flush(h);
   heap_collect(h, true);
   tl_heap = &g_empty_heap;
@@ -542,6 +589,19 @@ void fork_child() {
   }
 }
 
+Heap* heap_for_thread();
+
+// Gives a thread without a heap one from its first free on, so that a
+// thread that only frees (a consumer) caches its frees and returns them to
+// their spans in runs; not while the thread sets up or after it exited.
+Heap* heap_for_free(Heap* h) {
+  if (LM_LIKELY(h != &g_empty_heap) || tl_initializing || tl_exited) return h;
+  tl_initializing = true;
+  Heap* got = heap_for_thread();
+  tl_initializing = false;
+  return got ? got : h;
+}
+
 Heap* heap_for_thread() {
   lm_init();
   Heap* h = nullptr;
@@ -556,7 +616,7 @@ Heap* heap_for_thread() {
     } else {
       h = g.heap_records.alloc(*g.backend.platform(), &g.stats);
       if (!h) return nullptr;
-      new (h) Heap(&g_empty_span);
+      new (h) Heap();
       if (g_secure) h->rng = pal::random_seed() | 1;
       h->next_all = g.all_heaps;
       g.all_heaps = h;
@@ -565,6 +625,9 @@ Heap* heap_for_thread() {
     h->owned = true;
   }
   tl_heap = h;
+  if (!g_secure) {
+    for (unsigned c = 0; c < kSmallClasses; ++c) tl_bins[c].set_max(kClasses.bin_max[c]);
+  }
   pal::set_thread_value(h);
   return h;
 }
@@ -640,7 +703,7 @@ LM_NOINLINE void* malloc_generic(size_t size, size_t align, bool* zero) {
 
 // After an owner's free was pushed on local_free: a span that was full goes
 // back in its queue; an empty one goes back to the backend (the current
-// span never looks empty: see update_direct).
+// span never looks empty: see move_head_ref).
 void local_free_attention(Heap* h, Span* s) {
   if (s->in_full) {
     if (!xfree_transition(s, kXfreeNotify, kXfreeNormal)) {
@@ -649,62 +712,149 @@ void local_free_attention(Heap* h, Span* s) {
     }
     full_remove(h, s);
     queue_push_front(h->queue[s->cls], s);
-    update_direct(h, s->cls);
+    queue_changed(h, s->cls);
   }
   if (s->used == 0) {
     uintptr_t x = s->xfree.load(std::memory_order_acquire);
     if ((x & kXfreeMask) == kXfreeNormal) {
       queue_remove(h->queue[s->cls], s);
-      update_direct(h, s->cls);
+      queue_changed(h, s->cls);
       span_release(h, s);
     }
   }
 }
 
-// Remote free: one CAS onto the owner's span.  Acquire too: the free that
-// finds NOTIFY writes `next_delayed`, which the owner (parking the span with
+// Remote free of a run of objects of span s, first..last (n objects, linked):
+// one CAS onto the span's xfree list.  Acquire too: the free that finds
+// NOTIFY writes `next_delayed`, which the owner (parking the span with
 // acq_rel after it last read that field in process_delayed) must be ordered
 // before.
-void remote_push(Heap* h, Span* s, void* p) {
-  Block* b = static_cast<Block*>(p);
+void remote_push(Heap* h, Span* s, Block* first, Block* last, uint32_t n) {
   uintptr_t old = s->xfree.load(std::memory_order_relaxed);
   uintptr_t state;
   do {
     state = old & kXfreeMask;
-    link_set(b, reinterpret_cast<Block*>(old & ~kXfreeMask));
+    link_set(last, reinterpret_cast<Block*>(old & ~kXfreeMask));
   } while (!s->xfree.compare_exchange_weak(
-      old, reinterpret_cast<uintptr_t>(b) | (state == kXfreeNotify ? kXfreeNotified : state),
+      old, reinterpret_cast<uintptr_t>(first) | (state == kXfreeNotify ? kXfreeNotified : state),
       std::memory_order_acq_rel, std::memory_order_relaxed));
-  s->xfree_count.fetch_add(1, std::memory_order_release);
+  s->xfree_count.fetch_add(n, std::memory_order_release);
   if (state == kXfreeNotify) {
-    Heap* owner = owner_of(s);
+    Heap* owner = s->heap;
     Span* head = owner->delayed.load(std::memory_order_relaxed);
     do {
       s->next_delayed = head;
     } while (!owner->delayed.compare_exchange_weak(head, s, std::memory_order_release,
                                                    std::memory_order_relaxed));
   }
-  if (h != &g_empty_heap) h->stats.inc(HeapStat::remote_frees);
+  if (h != &g_empty_heap) h->stats.inc(HeapStat::remote_frees, n);
 }
 
-// Puts a (recorded) free small object on its list: local or remote.
-void small_free_list(Heap* h, Span* s, void* p) {
-  if (owner_of(s) == h) {
-    Block* b = static_cast<Block*>(p);
-    link_set(b, s->local_free);
-    s->local_free = b;
-    --s->used;
-    local_free_attention(h, s);
+// Returns a run of free objects of span s, first..last (n objects, linked,
+// tagged) to their span: the local list if heap h owns it, else the remote
+// one.
+void return_run(Heap* h, Span* s, Block* first, Block* last, uint32_t n) {
+  if (s->heap == h) {
+    link_set(last, s->local_free);
+    s->local_free = first;
+    s->used -= n;
+    if (s->used == 0 || s->in_full) local_free_attention(h, s);
   } else {
-    remote_push(h, s, p);
+    remote_push(h, s, first, last, n);
   }
+}
+
+// The link of bin entry b, which must carry its tag and a valid link
+// (with checks).
+inline Block* bin_next(Block* b) {
+  Block* next = link_get(b);
+  if constexpr (kChecks) {
+    if (LM_UNLIKELY(!has_free_tag(b) || !valid_link(next))) corrupt_list(b);
+  }
+  return next;
+}
+
+// Returns a list of free objects (linked through bins) to their spans, one
+// run of consecutive objects of the same span at a time.
+void return_list(Heap* h, Block* x) {
+  while (x) {
+    Span* s = g.backend.span_of(x);
+    Block* first = x;
+    Block* last = x;
+    uint32_t n = 1;
+    x = bin_next(x);
+    while (x && in_span(s, x)) {
+      last = x;
+      x = bin_next(x);
+      ++n;
+    }
+    return_run(h, s, first, last, n);
+  }
+}
+
+// Returns objects of bin c to their spans until at most `keep` remain:
+// all of `head` (refilled or older), and of `freed` all but the `keep` most
+// recent.  The lists are detached first: a free that re-enters (from the
+// backend or the purger) finds a consistent bin.
+void bin_flush(Heap* h, unsigned c, uint32_t keep) {
+  Bin& bin = tl_bins[c];
+  if (bin.count() <= keep) return;
+  Block* older = bin.head;
+  Block* rest = bin.freed;
+  bin.head = nullptr;
+  uint32_t kept = 0;
+  if (keep && rest) {
+    Block* b = rest;
+    for (kept = 1; kept < keep; ++kept) {
+      Block* next = bin_next(b);
+      if (!next) break;
+      b = next;
+    }
+    rest = bin_next(b);
+    link_set(b, nullptr);
+  } else {
+    bin.freed = nullptr;
+  }
+  bin.room = int32_t(bin.max - kept);
+  if (h != &g_empty_heap) h->stats.inc(HeapStat::cache_flushes);
+  return_list(h, older);
+  return_list(h, rest);
+}
+
+// Returns every object of this thread's bins to their spans; with
+// `disable`, later frees flush at once (thread exit).
+void bins_return_all(Heap* h, bool disable) {
+  for (unsigned c = 0; c < kSmallClasses; ++c) {
+    bin_flush(h, c, 0);
+    if (disable) tl_bins[c].set_max(0);
+  }
+}
+
+void secure_free(Heap* h, Span* s, void* p);
+
+// A free overflowed bin c (lm_free pushed the object already): half of it
+// goes back to the spans.  In secure mode, and in a thread with no heap
+// (heap_for_free gives it one if it may), the bound is 0: the object goes
+// on to the quarantine or its span.
+LM_NOINLINE void bin_overflow(unsigned c) {
+  Heap* h = heap_for_free(tl_heap);
+  Bin& bin = tl_bins[c];
+  if (g_secure) {
+    Block* b = bin.freed;
+    bin.freed = nullptr;  // b was all it held (its bound is 0)
+    bin.room++;
+    secure_free(h, g.backend.span_of(b), b);
+    return;
+  }
+  bin_flush(h, c, bin.max / 2);
 }
 
 // Secure mode: a quarantined object leaves the FIFO for its free list.
 void quarantine_release(Heap* h, void* p) {
   Span* s = g.backend.span_of(p);
   h->quarantine_bytes -= s->obj_size;
-  small_free_list(h, s, p);
+  Block* b = static_cast<Block*>(p);
+  return_run(h, s, b, b, 1);
 }
 
 void quarantine_flush(Heap* h) {
@@ -716,15 +866,15 @@ void quarantine_flush(Heap* h) {
   h->quarantine_next = 0;
 }
 
-// Secure mode's small free: record (double-free check), fill with 0xdf,
+// Secure mode's small free, after lm_free's checks: fill with 0xdf, tag,
 // and hold in the heap's FIFO (at most kQuarantineSlots objects and
 // kQuarantineBytes) before it goes on a free list.
-void secure_free(Heap* h, Span* s, size_t i, void* p) {
-  check_live("free", h, s, i, p);
+void secure_free(Heap* h, Span* s, void* p) {
   memset(p, 0xdf, s->obj_size);
   set_free_tag(p);  // after the fill
   if (h == &g_empty_heap) {
-    small_free_list(h, s, p);
+    Block* b = static_cast<Block*>(p);
+    return_run(h, s, b, b, 1);
     return;
   }
   unsigned k = h->quarantine_next;
@@ -742,25 +892,8 @@ void secure_free(Heap* h, Span* s, size_t i, void* p) {
   }
 }
 
+// free() of a large or huge block.
 LM_NOINLINE void free_generic(Span* s, void* p) {
-  if (s->kind == SpanKind::kSmall) {
-    size_t i = object_index("free", s, p);
-    Heap* h = tl_heap;
-    if (g_secure) {
-      secure_free(h, s, i, p);
-      return;
-    }
-    if (s->heap == h) {
-      // Local free that needs attention (lm_free pushed it already): the
-      // span was full or is now empty.
-      local_free_attention(h, s);
-      return;
-    }
-    check_live("free", h, s, i, p);
-    set_free_tag(p);
-    remote_push(h, s, p);
-    return;
-  }
   if (s->discard) lm_invalid_pointer("free", p, "discardable memory (use lazymalloc_discardable_free)");
   if (p != block_start(s)) lm_invalid_pointer("free", p, "points inside a block");
   Heap* h = tl_heap;
@@ -789,16 +922,16 @@ bool move_huge(Span* s, void* q) {
   return true;
 }
 
-// The failure path of lm_free's owner fast path (a tail call): says what
-// was wrong and aborts, or, for a live object whose data equalled its tag,
-// completes the free.
-LM_NOINLINE void free_failed(Span* s, void* p) {
-  size_t i = object_index("free", s, p);
-  Heap* h = tl_heap;
-  check_live("free", h, s, i, p);
-  // Checks on, and p is live: its data merely equalled its tag.
-  set_free_tag(p);
-  small_free_list(h, s, p);
+// The failure path of lm_free's small-object tests (a tail call, noipa as
+// take_failed): says what was wrong and aborts.
+#if defined(__clang__)
+LM_NOINLINE
+#else
+__attribute__((noipa))
+#endif
+void free_failed(Span* s, void* p) {
+  check_live("free", s, object_index("free", s, p), p);
+  lm_invalid_pointer("free", p, "failed a check");  // not reached
 }
 
 inline Span* checked_span(const char* fn, const void* p) {
@@ -843,8 +976,9 @@ void lm_init() {
   options_load(pal::environment(), report_stderr);
   if (!g_platform) g_platform = &pal::linux_platform();
   g_secure = option(Opt::secure) != 0;
-  if (g_secure) g_link_key = pal::random_seed() | 1;
-  if (kChecks) g_free_key = pal::random_seed() | 1;
+  if (kChecks || g_secure) g_free_key = pal::random_seed() | 1;
+  // Links: a key of their own in secure mode; with checks the tag's key.
+  g_link_key = g_secure ? pal::random_seed() | 1 : kChecks ? g_free_key : 0;
   g.backend.init(g_platform, &g.stats, size_t(option(Opt::arena_reserve)), option(Opt::hugepages) != 0);
   g.purger.init(&g.backend, g_platform, &g.stats);
   g.releaser.init(&g.backend, &g.purger, g_platform, &g.stats, unsigned(pal::cpu_count()));
@@ -862,10 +996,9 @@ void lm_init() {
 
 void* lm_malloc(size_t size) {
   if (LM_LIKELY(size <= kDirectMax)) {
-    Heap* h = tl_heap;
-    Span* s = h->direct[(size + 15) >> 4];
-    Block* b = s->free;
-    if (LM_LIKELY(b)) return take<false>(s, b);
+    Bin& bin = tl_bins[kClasses.slot_class[(size + 15) >> 4]];
+    Block* b = bin.head;
+    if (LM_LIKELY(b != nullptr)) return bin_pop(bin, b);
   }
   return malloc_generic(size, 0, nullptr);
 }
@@ -873,23 +1006,31 @@ void* lm_malloc(size_t size) {
 void lm_free(void* p) {
   if (LM_UNLIKELY(!p)) return;
   Span* s = checked_span("free", p);
-  Heap* h = tl_heap;
-  if (LM_LIKELY(s->heap == h)) {
+  if (LM_LIKELY(s->kind == SpanKind::kSmall)) {
     ObjectPos pos = block_pos(s, p);
     if (LM_UNLIKELY(!pos.start)) return free_failed(s, p);
     if constexpr (kChecks) {
       // A carved object that does not carry its tag (separate branches:
       // cheaper than combining the tests).
-      uintptr_t tag = free_tag(p);
-      if (LM_UNLIKELY(pos.index >= s->reserved)) return free_failed(s, p);
-      if (LM_UNLIKELY(tag_word(p) == tag)) return free_failed(s, p);
-      tag_word(p) = tag;  // before the push (fork: see take)
-      std::atomic_signal_fence(std::memory_order_seq_cst);
+      if (LM_UNLIKELY(pos.index >= __atomic_load_n(&s->reserved, __ATOMIC_RELAXED))) return free_failed(s, p);
+      if (LM_UNLIKELY(tag_word(p) == free_tag(p))) return free_failed(s, p);
     }
+    // Onto this thread's bin, whichever heap owns the span.
+    unsigned c = s->cls;
+    Bin& bin = tl_bins[c];
     Block* b = static_cast<Block*>(p);
-    b->next = s->local_free;
-    s->local_free = b;
-    if (LM_LIKELY((--s->used != 0) & !s->in_full)) return;
+    Block* head = bin.freed;
+    if constexpr (kChecks) {
+      uintptr_t tag = free_tag(p);  // == link_mask(p)
+      b->next = reinterpret_cast<Block*>(reinterpret_cast<uintptr_t>(head) ^ tag);
+      tag_word(p) = tag;
+    } else {
+      b->next = head;
+    }
+    std::atomic_signal_fence(std::memory_order_seq_cst);  // tagged before listed
+    bin.freed = b;
+    if (LM_LIKELY(--bin.room >= 0)) return;
+    return bin_overflow(c);
   }
   free_generic(s, p);
 }
@@ -937,7 +1078,7 @@ void* lm_realloc(void* p, size_t size) {
   }
   Span* s = checked_span("realloc", p);
   if (s->kind == SpanKind::kSmall) {
-    check_live("realloc", tl_heap, s, object_index("realloc", s, p), p);
+    check_live("realloc", s, object_index("realloc", s, p), p);
   } else if (s->discard) {
     lm_invalid_pointer("realloc", p, "discardable memory");
   } else if (p != block_start(s)) {
@@ -968,6 +1109,7 @@ void* lm_realloc(void* p, size_t size) {
 
 void lm_thread_collect() {
   Heap* h = tl_heap;
+  bins_return_all(h, false);
   if (h == &g_empty_heap) return;
   quarantine_flush(h);
   heap_collect(h, true);

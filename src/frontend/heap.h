@@ -1,18 +1,24 @@
 // Thread heaps and the allocation entry points of lazymalloc.
 //
-// Each thread allocates small objects from its own heap: per size class, a
-// queue of spans with free objects; the head span's free list is the fast
-// path (no lock, no atomic read-modify-write).  A free by the owning thread
-// pushes onto the span's local list; a free by another thread pushes onto
-// the span's atomic `xfree` list (one CAS), so cross-thread frees never take
-// a global lock.  Spans that ran out of objects wait on the heap's full list;
-// the first remote free into one pushes it on the heap's lock-free `delayed`
-// list, from which the owner revives it (the xfree state bits in span.h).
+// Each thread keeps a cache of free small objects per size class (a "bin":
+// a LIFO list in thread-local storage, bounded by count): malloc pops from
+// it and free pushes onto it whichever thread's span the object came from,
+// with no lock and no atomic read-modify-write.  An empty bin refills with
+// a batch from the thread's spans; a full one returns half to the objects'
+// spans: the owner's go on the span's local list, other threads' on the
+// span's atomic `xfree` list (one CAS per run of objects of one span), so
+// cross-thread frees never take a global lock.
 //
-// Heaps outlive threads: at thread exit a heap returns its empty spans to
-// the backend and goes to a pool; the next new thread adopts it, so thread
-// churn reuses warm spans.  After fork() the child pools every heap but the
-// forking thread's.
+// Each heap keeps, per size class, a queue of spans with free objects;
+// spans that ran out wait on the heap's full list; the first remote free
+// into one pushes it on the heap's lock-free `delayed` list, from which the
+// owner revives it (the xfree state bits in span.h).
+//
+// Heaps outlive threads: at thread exit the bins go back to their spans, a
+// heap returns its empty spans to the backend and goes to a pool; the next
+// new thread adopts it, so thread churn reuses warm spans.  After fork() the
+// child pools every heap but the forking thread's (the objects other
+// threads' bins held stay allocated there).
 #pragma once
 
 #include <cstddef>
@@ -36,13 +42,8 @@ inline constexpr unsigned kQuarantineSlots = 128;
 inline constexpr size_t kQuarantineBytes = size_t(1) << 20;
 
 struct Heap {
-  constexpr explicit Heap(Span* empty) {
-    for (auto& d : direct) d = empty;
-  }
-
-  Span* direct[kDirectSlots] = {};  // (size + 15) / 16 -> head span of its class
   SpanQueue queue[kSmallClasses] = {};
-  Span* head_ref[kSmallClasses] = {};  // holds a phantom object (update_direct)
+  Span* head_ref[kSmallClasses] = {};  // holds a phantom object (queue_changed)
   Span* full = nullptr;             // spans with no free object (doubly linked)
   std::atomic<Span*> delayed{nullptr};
   HeapStats stats;

@@ -3,6 +3,7 @@
 // the backend's invariants checked as it goes.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -97,28 +98,26 @@ namespace lazymalloc {
 namespace {
 
 // The free tag is random per process; lm_free_tag lets these tests write it
-// into a live object, the case a program hits by chance (2^-64 per free).
+// into a live object, which a program does by chance with probability
+// 2^-64 per free.
 
-TEST(FrontendChecks, OwnerFreesALiveObjectWhoseDataEqualsItsTag) {
-  void* keep = lm_malloc(64);  // keeps the span when p is freed
+TEST(FrontendChecks, MallocClearsTheTagAndALiveObjectCarryingItIsTakenAsFreed) {
   auto* p = static_cast<uintptr_t*>(lm_malloc(64));
   ASSERT_NE(p, nullptr);
   EXPECT_EQ(p[1], 0u) << "malloc clears the tag word";
-  p[1] = lm_free_tag(p);
-  lm_free(p);  // not on any of the span's lists: a live object, freed
-  EXPECT_EQ(p[1], lm_free_tag(p));
-  // Now it is free for real: a second free is caught ...
-  EXPECT_DEATH(lm_free(p), "lazymalloc: free\\(\\): invalid pointer 0x[0-9a-f]+: double free");
-  // ... and it is handed out again, with its tag cleared.
-  std::vector<void*> v;
+  lm_free(p);
+  EXPECT_EQ(p[1], lm_free_tag(p)) << "free tags the object for its link";
+  std::vector<void*> v;  // the thread's cache hands out p again sooner or later
   while (v.size() < 4096 && (v.empty() || v.back() != p)) v.push_back(lm_malloc(64));
   ASSERT_EQ(v.back(), p);
-  EXPECT_EQ(p[1], 0u);
-  // realloc of a live object carrying its tag: also allowed (same span).
-  p[1] = lm_free_tag(p);
-  EXPECT_EQ(lm_realloc(p, 60), p);
+  v.pop_back();
   for (void* q : v) lm_free(q);
-  lm_free(keep);
+  EXPECT_EQ(p[1], 0u);
+  p[1] = lm_free_tag(p);
+  EXPECT_DEATH(lm_free(p), "lazymalloc: free\\(\\): invalid pointer 0x[0-9a-f]+: double free");
+  EXPECT_DEATH(lm_realloc(p, 200), "lazymalloc: realloc\\(\\): invalid pointer 0x[0-9a-f]+: double free");
+  p[1] = 0;
+  lm_free(p);
   lm_thread_collect();
   EXPECT_EQ(lm_check_invariants(), nullptr);
 }
@@ -136,22 +135,33 @@ TEST(FrontendChecks, RemoteFreeTakesATagAsADoubleFree) {
   lm_thread_collect();
 }
 
-TEST(FrontendChecks, OwnerFindsEachListOnItsWalk) {
-  // p on `free` (after a refill), on `local_free`, and on the remote list.
+TEST(FrontendChecks, DoubleFreeIsCaughtWhereverTheObjectWaits) {
   void* keep = lm_malloc(80);
   void* p = lm_malloc(80);
-  std::thread([p] { lm_free(p); }).join();
-  EXPECT_DEATH(lm_free(p), "double free");  // pending remote free
-  lm_thread_collect();                     // collected: on `free`
+  // In another thread's bin, that thread still running.
+  std::atomic<int> stage{0};
+  std::thread t([&] {
+    lm_free(p);
+    stage.store(1);
+    while (stage.load() != 2) std::this_thread::yield();
+  });
+  while (stage.load() != 1) std::this_thread::yield();
+  EXPECT_DEATH(lm_free(p), "double free");
+  stage.store(2);
+  t.join();  // its bin went back: p waits on its span's remote list
+  EXPECT_DEATH(lm_free(p), "double free");
+  lm_thread_collect();  // collected: on the span's allocation list
   EXPECT_DEATH(lm_free(p), "double free");
   std::vector<void*> v;
   while (v.size() < 4096 && (v.empty() || v.back() != p)) v.push_back(lm_malloc(80));
   ASSERT_EQ(v.back(), p);
-  lm_free(p);  // on `local_free`
+  lm_free(p);  // in this thread's bin
   EXPECT_DEATH(lm_free(p), "double free");
   v.pop_back();
   for (void* q : v) lm_free(q);
   lm_free(keep);
+  lm_thread_collect();
+  EXPECT_EQ(lm_check_invariants(), nullptr);
 }
 
 }  // namespace
