@@ -934,12 +934,29 @@ void free_failed(Span* s, void* p) {
   lm_invalid_pointer("free", p, "failed a check");  // not reached
 }
 
+// Reports a pointer in no span (noipa as take_failed, so that the fast
+// paths that call it need no saved register).
+#if defined(__clang__)
+LM_NOINLINE
+#else
+__attribute__((noipa))
+#endif
+Span* unknown_pointer(const char* fn, const void* p) {
+  lm_invalid_pointer(fn, p, g.backend.owns_address(p) ? "not allocated (double free?)"
+                                                     : "not allocated by lazymalloc");
+}
+
+// lm_free's failure path for a pointer in no span (a tail call).
+#if defined(__clang__)
+LM_NOINLINE
+#else
+__attribute__((noipa))
+#endif
+void free_unknown(const void* p) { unknown_pointer("free", p); }
+
 inline Span* checked_span(const char* fn, const void* p) {
   Span* s = g.backend.span_of(p);
-  if (LM_UNLIKELY(!s)) {
-    lm_invalid_pointer(fn, p, g.backend.owns_address(p) ? "not allocated (double free?)"
-                                                       : "not allocated by lazymalloc");
-  }
+  if (LM_UNLIKELY(!s)) return unknown_pointer(fn, p);
   return s;
 }
 
@@ -1005,7 +1022,8 @@ void* lm_malloc(size_t size) {
 
 void lm_free(void* p) {
   if (LM_UNLIKELY(!p)) return;
-  Span* s = checked_span("free", p);
+  Span* s = g.backend.span_of(p);
+  if (LM_UNLIKELY(!s)) return free_unknown(p);
   if (LM_LIKELY(s->kind == SpanKind::kSmall)) {
     ObjectPos pos = block_pos(s, p);
     if (LM_UNLIKELY(!pos.start)) return free_failed(s, p);
