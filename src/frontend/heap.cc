@@ -946,13 +946,16 @@ Span* unknown_pointer(const char* fn, const void* p) {
                                                      : "not allocated by lazymalloc");
 }
 
-// lm_free's failure path for a pointer in no span (a tail call).
+// lm_free's path for a pointer in no span (a tail call): free(NULL) does
+// nothing, anything else is reported.
 #if defined(__clang__)
 LM_NOINLINE
 #else
 __attribute__((noipa))
 #endif
-void free_unknown(const void* p) { unknown_pointer("free", p); }
+void free_unknown(const void* p) {
+  if (p) unknown_pointer("free", p);
+}
 
 inline Span* checked_span(const char* fn, const void* p) {
   Span* s = g.backend.span_of(p);
@@ -1021,8 +1024,7 @@ void* lm_malloc(size_t size) {
 }
 
 void lm_free(void* p) {
-  if (LM_UNLIKELY(!p)) return;
-  Span* s = g.backend.span_of(p);
+  Span* s = g.backend.span_of(p);  // nullptr for nullptr (no test on the fast path)
   if (LM_UNLIKELY(!s)) return free_unknown(p);
   if (LM_LIKELY(s->kind == SpanKind::kSmall)) {
     ObjectPos pos = block_pos(s, p);
