@@ -74,8 +74,15 @@ constexpr uint32_t bin_max(unsigned c) {
   return uint32_t(n > 256 ? 256 : n);
 }
 
+// Sizes the malloc fast path serves: up to kDirectMax by 16-byte steps,
+// then up to kCachedMax by 256-byte steps (every class above 1 KiB is a
+// multiple of 256, so rounding up to one keeps the class).
+inline constexpr size_t kCachedMax = 32768;
+inline constexpr unsigned kMidSlots = kCachedMax / 256 + 1;
+
 struct ClassTable {
   uint8_t slot_class[kDirectSlots];  // (size + 15) / 16 -> class, sizes <= kDirectMax
+  uint8_t mid_class[kMidSlots];      // (size + 255) / 256 -> class, sizes <= kCachedMax
   uint8_t units[kSmallClasses];
   uint32_t bin_max[kSmallClasses];
   uint64_t magic[kSmallClasses];
@@ -92,9 +99,26 @@ constexpr ClassTable make_class_table() {
     while (class_size(c) < i * 16) ++c;
     t.slot_class[i] = uint8_t(c);
   }
+  c = 0;
+  for (unsigned i = 0; i < kMidSlots; ++i) {
+    while (class_size(c) < i * 256) ++c;
+    t.mid_class[i] = uint8_t(c);
+  }
   return t;
 }
 constexpr ClassTable kClasses = make_class_table();
+
+// The fast path's class of every size it serves is size_class's.
+constexpr bool fast_classes_match() {
+  for (size_t size = 1; size <= kCachedMax; ++size) {
+    unsigned want = 0;
+    while (class_size(want) < size) ++want;
+    unsigned got = size <= kDirectMax ? kClasses.slot_class[(size + 15) >> 4] : kClasses.mid_class[(size + 255) >> 8];
+    if (got != want) return false;
+  }
+  return true;
+}
+static_assert(fast_classes_match());
 
 void report_stderr(const char* msg, size_t len) { pal::write_fd(2, msg, len); }
 
@@ -458,9 +482,9 @@ void bin_refill(Bin& bin, Span* s) {
   bin.room -= int32_t(n);
 }
 
-// The slow path of small allocation: pops from the thread's bin (classes
-// above kDirectMax come here first), else finds or makes a span with a
-// free object, takes one and refills the bin from the rest.
+// The slow path of small allocation: pops from the thread's bin (aligned
+// requests come here first), else finds or makes a span with a free
+// object, takes one and refills the bin from the rest.
 LM_NOINLINE void* alloc_class(Heap* h, unsigned c) {
   Bin& bin = tl_bins[c];
   if (!bin.head && bin.freed) {
@@ -1015,11 +1039,17 @@ void lm_init() {
 }
 
 void* lm_malloc(size_t size) {
+  unsigned c;
   if (LM_LIKELY(size <= kDirectMax)) {
-    Bin& bin = tl_bins[kClasses.slot_class[(size + 15) >> 4]];
-    Block* b = bin.head;
-    if (LM_LIKELY(b != nullptr)) return bin_pop(bin, b);
+    c = kClasses.slot_class[(size + 15) >> 4];
+  } else if (size <= kCachedMax) {
+    c = kClasses.mid_class[(size + 255) >> 8];
+  } else {
+    return malloc_generic(size, 0, nullptr);
   }
+  Bin& bin = tl_bins[c];
+  Block* b = bin.head;
+  if (LM_LIKELY(b != nullptr)) return bin_pop(bin, b);
   return malloc_generic(size, 0, nullptr);
 }
 

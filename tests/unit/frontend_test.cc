@@ -3,6 +3,7 @@
 // the backend's invariants checked as it goes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <thread>
@@ -87,6 +88,50 @@ TEST(Frontend, CrossThreadFreesAndThreadExitKeepTheBackendConsistent) {
   for (auto& h : handoff) {
     for (void* p : h) lm_free(p);
   }
+  EXPECT_EQ(lm_check_invariants(), nullptr);
+}
+
+uint64_t stat(const char* name) {
+  uint64_t v = 0;
+  EXPECT_EQ(lm_stat_get(name, &v), 0) << name;
+  return v;
+}
+
+TEST(ThreadCache, AThreadReusesObjectsItFreedWhoeverAllocatedThem) {
+  constexpr size_t kSize = 208;
+  std::vector<void*> made;
+  for (int i = 0; i < 8; ++i) made.push_back(lm_malloc(kSize));
+  std::vector<void*> got;
+  std::thread([&] {
+    for (void* p : made) lm_free(p);  // another heap's objects, into this thread's cache
+    for (size_t i = 0; i < made.size(); ++i) got.push_back(lm_malloc(kSize));
+    for (void* p : got) lm_free(p);   // back to their spans at the thread's exit
+  }).join();
+  std::sort(made.begin(), made.end());
+  std::sort(got.begin(), got.end());
+  EXPECT_EQ(got, made);
+  lm_thread_collect();
+  EXPECT_EQ(lm_check_invariants(), nullptr);
+}
+
+TEST(ThreadCache, OverflowAndExitReturnEveryObjectToItsOwner) {
+  constexpr size_t kSize = 1024;  // a cache holds 32
+  constexpr size_t kCount = 1000;
+  lm_thread_collect();
+  const uint64_t spans0 = stat("small_spans");
+  std::vector<void*> made(kCount);
+  for (auto& p : made) p = lm_malloc(kSize);
+  const uint64_t remote0 = stat("remote_frees");
+  const uint64_t flushes0 = stat("cache_flushes");
+  std::thread([&] {
+    for (void* p : made) lm_free(p);
+  }).join();
+  // Every object went back to this thread's spans, in runs: at overflows
+  // (each returns half the cache) and at the thread's exit.
+  EXPECT_EQ(stat("remote_frees") - remote0, kCount);
+  EXPECT_GE(stat("cache_flushes") - flushes0, kCount / 32);
+  lm_thread_collect();  // collects the remote returns: the spans are empty and go back
+  EXPECT_LE(stat("small_spans"), spans0);
   EXPECT_EQ(lm_check_invariants(), nullptr);
 }
 
