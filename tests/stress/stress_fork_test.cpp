@@ -164,6 +164,7 @@ TEST(Stress, ForkChildCanExitNormally) {
   g_stop = false;
   std::atomic<uint64_t> ops{0};
   std::thread worker(BusyWorker, 9, &ops);
+  while (ops.load() == 0 && !g_worker_failed.load()) std::this_thread::yield();  // fork while it allocates
   const int forks = static_cast<int>(lmt::Scaled(20, 3));
   for (int f = 0; f < forks; ++f) {
     fflush(stdout);
