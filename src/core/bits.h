@@ -34,6 +34,13 @@ inline int find_zero_run(uint32_t used, unsigned n) {
 #define LM_LIKELY(x) __builtin_expect(!!(x), 1)
 #define LM_UNLIKELY(x) __builtin_expect(!!(x), 0)
 #define LM_NOINLINE __attribute__((noinline))
+// A failure path that fast paths tail-call: gcc must not see that it never
+// returns (it would then call it, which costs the caller a stack frame).
+#if defined(__clang__)
+#define LM_FAILURE_PATH __attribute__((noinline))
+#else
+#define LM_FAILURE_PATH __attribute__((noipa))
+#endif
 #define LM_INLINE inline __attribute__((always_inline))
 
 }  // namespace lazymalloc

@@ -208,14 +208,8 @@ inline Block* walk_link(const Span* s, Block* b, uint32_t& steps) {
   return link_get(b);
 }
 
-// The failure path of the pops below, a tail call so the malloc fast path
-// needs no frame (noipa: gcc would otherwise see that it never returns and
-// call it, which costs the fast path a stack adjustment).
-#if defined(__clang__)
-LM_NOINLINE
-#else
-__attribute__((noipa))
-#endif
+// The failure path of the pops below, a tail call (LM_FAILURE_PATH).
+LM_FAILURE_PATH
 Block* take_failed(const Block* b) { corrupt_list(b); }
 
 // Pops `b`, the head of span s's allocation list (slow paths: refills and
@@ -946,25 +940,16 @@ bool move_huge(Span* s, void* q) {
   return true;
 }
 
-// The failure path of lm_free's small-object tests (a tail call, noipa as
-// take_failed): says what was wrong and aborts.
-#if defined(__clang__)
-LM_NOINLINE
-#else
-__attribute__((noipa))
-#endif
+// The failure path of lm_free's small-object tests (a tail call): says what
+// was wrong and aborts.
+LM_FAILURE_PATH
 void free_failed(Span* s, void* p) {
   check_live("free", s, object_index("free", s, p), p);
   lm_invalid_pointer("free", p, "failed a check");  // not reached
 }
 
-// Reports a pointer in no span (noipa as take_failed, so that the fast
-// paths that call it need no saved register).
-#if defined(__clang__)
-LM_NOINLINE
-#else
-__attribute__((noipa))
-#endif
+// Reports a pointer in no span.
+LM_FAILURE_PATH
 Span* unknown_pointer(const char* fn, const void* p) {
   lm_invalid_pointer(fn, p, g.backend.owns_address(p) ? "not allocated (double free?)"
                                                      : "not allocated by lazymalloc");
@@ -972,11 +957,7 @@ Span* unknown_pointer(const char* fn, const void* p) {
 
 // lm_free's path for a pointer in no span (a tail call): free(NULL) does
 // nothing, anything else is reported.
-#if defined(__clang__)
-LM_NOINLINE
-#else
-__attribute__((noipa))
-#endif
+LM_FAILURE_PATH
 void free_unknown(const void* p) {
   if (p) unknown_pointer("free", p);
 }
