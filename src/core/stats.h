@@ -106,6 +106,7 @@ class Writer;
 #define LAZYMALLOC_HEAP_STATS(X)                                                                 \
   X(span_refills, counter, "refills of a thread's cache of a size class from its spans (new or reused span)") \
   X(cache_flushes, counter, "times a thread's cache of a size class overflowed and returned objects to their spans") \
+  X(cache_idle_flushes, counter, "times a thread's cache of a size class, unchanged for 256 of the thread's refills and overflows, went back to its spans") \
   X(spans_acquired, counter, "small spans taken from the backend")                               \
   X(spans_released, counter, "empty small spans given back to the backend")                      \
   X(remote_frees, counter, "freed objects returned to a span of another thread's heap (from a cache flush)") \

@@ -67,6 +67,14 @@ struct alignas(32) Bin {
 };
 __attribute__((tls_model("initial-exec"))) thread_local Bin tl_bins[kSmallClasses];
 
+// Idle bins (bins_gc): every kBinGcEvents refills and overflows of a
+// thread, a bin that has not changed since the last look (the same lists
+// and count) goes back to its spans, so a thread that moved on to other
+// sizes does not keep the old ones.
+inline constexpr uint32_t kBinGcEvents = 256;
+__attribute__((tls_model("initial-exec"))) thread_local uint64_t tl_bin_seen[kSmallClasses];
+__attribute__((tls_model("initial-exec"))) thread_local uint32_t tl_bin_events;
+
 // A bin holds up to 32 KiB of its class (at most 256 objects); classes
 // above 32 KiB are not cached.
 constexpr uint32_t bin_max(unsigned c) {
@@ -476,6 +484,8 @@ void bin_refill(Bin& bin, Span* s) {
   bin.room -= int32_t(n);
 }
 
+void bin_event(Heap* h);
+
 // The slow path of small allocation: pops from the thread's bin (aligned
 // requests come here first), else finds or makes a span with a free
 // object, takes one and refills the bin from the rest.
@@ -527,6 +537,7 @@ LM_NOINLINE void* alloc_class(Heap* h, unsigned c) {
   queue_changed(h, c);
   Block* b = take(s, s->free);
   bin_refill(bin, s);
+  bin_event(h);
   return b;
 }
 
@@ -834,9 +845,26 @@ void bin_flush(Heap* h, unsigned c, uint32_t keep) {
     bin.freed = nullptr;
   }
   bin.room = int32_t(bin.max - kept);
-  if (h != &g_empty_heap) h->stats.inc(HeapStat::cache_flushes);
   return_list(h, older);
   return_list(h, rest);
+}
+
+inline uint64_t bin_fingerprint(const Bin& b) {
+  return reinterpret_cast<uintptr_t>(b.head) ^ (reinterpret_cast<uintptr_t>(b.freed) << 1) ^ uint32_t(b.room);
+}
+
+// Counts a refill or overflow; every kBinGcEvents, returns the bins that
+// have not changed since the last time.
+void bin_event(Heap* h) {
+  if (++tl_bin_events % kBinGcEvents != 0) return;
+  for (unsigned c = 0; c < kSmallClasses; ++c) {
+    const Bin& bin = tl_bins[c];
+    if (bin_fingerprint(bin) == tl_bin_seen[c] && bin.count() != 0) {
+      bin_flush(h, c, 0);
+      if (h != &g_empty_heap) h->stats.inc(HeapStat::cache_idle_flushes);
+    }
+    tl_bin_seen[c] = bin_fingerprint(bin);
+  }
 }
 
 // Returns every object of this thread's bins to their spans; with
@@ -865,6 +893,8 @@ LM_NOINLINE void bin_overflow(unsigned c) {
     return;
   }
   bin_flush(h, c, bin.max / 2);
+  if (h != &g_empty_heap) h->stats.inc(HeapStat::cache_flushes);
+  bin_event(h);
 }
 
 // Secure mode: a quarantined object leaves the FIFO for its free list.

@@ -135,6 +135,24 @@ TEST(ThreadCache, OverflowAndExitReturnEveryObjectToItsOwner) {
   EXPECT_EQ(lm_check_invariants(), nullptr);
 }
 
+TEST(ThreadCache, AnIdleBinGoesBackOnceTheThreadMovesOn) {
+  std::thread([] {
+    std::vector<void*> a;  // leaves objects of 96 bytes in this thread's cache
+    for (int i = 0; i < 100; ++i) a.push_back(lm_malloc(96));
+    for (void* p : a) lm_free(p);
+    const uint64_t idle0 = stat("cache_idle_flushes");
+    std::vector<void*> b;  // hundreds of refills and overflows of 48 bytes
+    for (int round = 0; round < 4; ++round) {
+      for (int i = 0; i < 50000; ++i) b.push_back(lm_malloc(48));
+      for (void* p : b) lm_free(p);
+      b.clear();
+    }
+    // Only the 96-byte cache sat unchanged (the 48-byte one was busy).
+    EXPECT_GE(stat("cache_idle_flushes") - idle0, 1u);
+  }).join();
+  EXPECT_EQ(lm_check_invariants(), nullptr);
+}
+
 }  // namespace
 }  // namespace lazymalloc
 
