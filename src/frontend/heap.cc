@@ -118,8 +118,8 @@ constexpr ClassTable kClasses = make_class_table();
 
 // The fast path's class of every size it serves is size_class's.
 constexpr bool fast_classes_match() {
+  unsigned want = 0;  // the smallest class that fits, found incrementally (compilers' step limits)
   for (size_t size = 1; size <= kCachedMax; ++size) {
-    unsigned want = 0;
     while (class_size(want) < size) ++want;
     unsigned got = size <= kDirectMax ? kClasses.slot_class[(size + 15) >> 4] : kClasses.mid_class[(size + 255) >> 8];
     if (got != want) return false;
