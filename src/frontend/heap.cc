@@ -620,10 +620,11 @@ void fork_child() {
 
 Heap* heap_for_thread();
 
-// Gives a thread without a heap one from its first free on, so that a
-// thread that only frees (a consumer) caches its frees and returns them to
-// their spans in runs; not while the thread sets up or after it exited.
-Heap* heap_for_free(Heap* h) {
+// Gives a thread without a heap one where it needs one outside malloc (its
+// first overflowing free, so that a thread that only frees caches its frees
+// and returns them to their spans in runs; discardable locks); not while
+// the thread sets up or after it exited.
+Heap* heap_on_demand(Heap* h) {
   if (LM_LIKELY(h != &g_empty_heap) || tl_initializing || tl_exited) return h;
   tl_initializing = true;
   Heap* got = heap_for_thread();
@@ -880,10 +881,10 @@ void secure_free(Heap* h, Span* s, void* p);
 
 // A free overflowed bin c (lm_free pushed the object already): half of it
 // goes back to the spans.  In secure mode, and in a thread with no heap
-// (heap_for_free gives it one if it may), the bound is 0: the object goes
+// (heap_on_demand gives it one if it may), the bound is 0: the object goes
 // on to the quarantine or its span.
 LM_NOINLINE void bin_overflow(unsigned c) {
-  Heap* h = heap_for_free(tl_heap);
+  Heap* h = heap_on_demand(tl_heap);
   Bin& bin = tl_bins[c];
   if (g_secure) {
     Block* b = bin.freed;
@@ -1291,9 +1292,8 @@ int lm_discardable_lock(void* p) {
   LockResult r = g.discard.lock(p);
   if (LM_LIKELY(r == LockResult::kIntact || r == LockResult::kDiscarded)) {
     // Counted per heap (no atomic read-modify-write on a shared line).
-    Heap* h = tl_heap;
-    if (LM_UNLIKELY(h == &g_empty_heap) && !tl_initializing) h = heap_for_thread();
-    if (LM_LIKELY(h && h != &g_empty_heap)) {
+    Heap* h = heap_on_demand(tl_heap);
+    if (LM_LIKELY(h != &g_empty_heap)) {
       h->stats.inc(r == LockResult::kIntact ? HeapStat::discardable_lock_hits : HeapStat::discardable_lock_misses);
     }
     return int(r);
