@@ -879,18 +879,25 @@ void bins_return_all(Heap* h, bool disable) {
 
 void secure_free(Heap* h, Span* s, void* p);
 
-// A free overflowed bin c (lm_free pushed the object already): half of it
-// goes back to the spans.  In secure mode, and in a thread with no heap
-// (heap_on_demand gives it one if it may), the bound is 0: the object goes
-// on to the quarantine or its span.
-LM_NOINLINE void bin_overflow(unsigned c) {
+// A free of an object of span s overflowed its bin (lm_free pushed the
+// object already): half of the bin goes back to the spans.  Where the bound
+// is 0 (classes above 32 KiB, secure mode, a thread with no heap, which
+// heap_on_demand gives one if it may) the object goes on to the quarantine
+// or its span.
+LM_NOINLINE void bin_overflow(Span* s) {
   Heap* h = heap_on_demand(tl_heap);
+  const unsigned c = s->cls;
   Bin& bin = tl_bins[c];
-  if (g_secure) {
+  if (bin.max == 0) {
+    // The object just freed (of span s) is all the bin holds.
     Block* b = bin.freed;
-    bin.freed = nullptr;  // b was all it held (its bound is 0)
-    bin.room++;
-    secure_free(h, g.backend.span_of(b), b);
+    bin.freed = nullptr;
+    bin.room = 0;
+    if (g_secure) {
+      secure_free(h, s, b);
+    } else {
+      return_run(h, s, b, b, 1);
+    }
     return;
   }
   bin_flush(h, c, bin.max / 2);
@@ -1095,7 +1102,7 @@ void lm_free(void* p) {
     std::atomic_signal_fence(std::memory_order_seq_cst);  // tagged before listed
     bin.freed = b;
     if (LM_LIKELY(--bin.room >= 0)) return;
-    return bin_overflow(c);
+    return bin_overflow(s);
   }
   free_generic(s, p);
 }
