@@ -67,7 +67,7 @@ struct alignas(32) Bin {
 };
 __attribute__((tls_model("initial-exec"))) thread_local Bin tl_bins[kSmallClasses];
 
-// Idle bins (bins_gc): every kBinGcEvents refills and overflows of a
+// Idle bins (bin_event): every kBinGcEvents refills and overflows of a
 // thread, a bin that has not changed since the last look (the same lists
 // and count) goes back to its spans, so a thread that moved on to other
 // sizes does not keep the old ones.
@@ -75,18 +75,18 @@ inline constexpr uint32_t kBinGcEvents = 256;
 __attribute__((tls_model("initial-exec"))) thread_local uint64_t tl_bin_seen[kSmallClasses];
 __attribute__((tls_model("initial-exec"))) thread_local uint32_t tl_bin_events;
 
-// A bin holds up to 32 KiB of its class (at most 256 objects); classes
-// above 32 KiB are not cached.
-constexpr uint32_t bin_max(unsigned c) {
-  size_t n = size_t(32768) / class_size(c);
-  return uint32_t(n > 256 ? 256 : n);
-}
-
-// Sizes the malloc fast path serves: up to kDirectMax by 16-byte steps,
-// then up to kCachedMax by 256-byte steps (every class above 1 KiB is a
-// multiple of 256, so rounding up to one keeps the class).
+// Sizes the malloc fast path serves and bins cache: up to kDirectMax by
+// 16-byte steps, then up to kCachedMax by 256-byte steps (every class above
+// 1 KiB is a multiple of 256, so rounding up to one keeps the class).
 inline constexpr size_t kCachedMax = 32768;
 inline constexpr unsigned kMidSlots = kCachedMax / 256 + 1;
+
+// A bin holds up to kCachedMax bytes of its class (at most 256 objects);
+// classes above it are not cached.
+constexpr uint32_t bin_max(unsigned c) {
+  size_t n = kCachedMax / class_size(c);
+  return uint32_t(n > 256 ? 256 : n);
+}
 
 struct ClassTable {
   uint8_t slot_class[kDirectSlots];  // (size + 15) / 16 -> class, sizes <= kDirectMax
@@ -95,6 +95,15 @@ struct ClassTable {
   uint32_t bin_max[kSmallClasses];
   uint64_t magic[kSmallClasses];
 };
+// Fills table[i] with the smallest class of at least i * step bytes.
+constexpr void fill_slot_classes(uint8_t* table, unsigned slots, size_t step) {
+  unsigned c = 0;
+  for (unsigned i = 0; i < slots; ++i) {
+    while (class_size(c) < i * step) ++c;
+    table[i] = uint8_t(c);
+  }
+}
+
 constexpr ClassTable make_class_table() {
   ClassTable t{};
   for (unsigned c = 0; c < kSmallClasses; ++c) {
@@ -102,27 +111,26 @@ constexpr ClassTable make_class_table() {
     t.bin_max[c] = bin_max(c);
     t.magic[c] = class_magic(class_size(c));
   }
-  unsigned c = 0;
-  for (unsigned i = 0; i < kDirectSlots; ++i) {
-    while (class_size(c) < i * 16) ++c;
-    t.slot_class[i] = uint8_t(c);
-  }
-  c = 0;
-  for (unsigned i = 0; i < kMidSlots; ++i) {
-    while (class_size(c) < i * 256) ++c;
-    t.mid_class[i] = uint8_t(c);
-  }
+  fill_slot_classes(t.slot_class, kDirectSlots, 16);
+  fill_slot_classes(t.mid_class, kMidSlots, 256);
   return t;
 }
 constexpr ClassTable kClasses = make_class_table();
 
-// The fast path's class of every size it serves is size_class's.
+// The class of a size the malloc fast path serves: direct_class up to
+// kDirectMax, mid_class_of above it up to kCachedMax.
+constexpr unsigned direct_class(size_t size) { return kClasses.slot_class[(size + 15) >> 4]; }
+constexpr unsigned mid_class_of(size_t size) { return kClasses.mid_class[(size + 255) >> 8]; }
+constexpr unsigned cached_class(size_t size) {
+  return size <= kDirectMax ? direct_class(size) : mid_class_of(size);
+}
+
+// The fast path's class of every size it serves is the smallest that fits.
 constexpr bool fast_classes_match() {
-  unsigned want = 0;  // the smallest class that fits, found incrementally (compilers' step limits)
+  unsigned want = 0;  // found incrementally (compilers' constexpr step limits)
   for (size_t size = 1; size <= kCachedMax; ++size) {
     while (class_size(want) < size) ++want;
-    unsigned got = size <= kDirectMax ? kClasses.slot_class[(size + 15) >> 4] : kClasses.mid_class[(size + 255) >> 8];
-    if (got != want) return false;
+    if (cached_class(size) != want) return false;
   }
   return true;
 }
@@ -141,6 +149,12 @@ inline size_t object_index(const char* fn, const Span* s, const void* p) {
   ObjectPos pos = block_pos(s, p);
   if (!pos.start) lm_invalid_pointer(fn, p, "points inside an object");
   return size_t(pos.index);
+}
+
+// Counts on heap h's statistics; a thread without a heap (h is the shared
+// empty heap) counts nothing.
+inline void heap_count(Heap* h, HeapStat stat, uint64_t n = 1) {
+  if (h != &g_empty_heap) h->stats.inc(stat, n);
 }
 
 // Large and huge blocks start `lead` bytes into their span (secure mode
@@ -777,7 +791,7 @@ void remote_push(Heap* h, Span* s, Block* first, Block* last, uint32_t n) {
     } while (!owner->delayed.compare_exchange_weak(head, s, std::memory_order_release,
                                                    std::memory_order_relaxed));
   }
-  if (h != &g_empty_heap) h->stats.inc(HeapStat::remote_frees, n);
+  heap_count(h, HeapStat::remote_frees, n);
 }
 
 // Returns a run of free objects of span s, first..last (n objects, linked,
@@ -862,7 +876,7 @@ void bin_event(Heap* h) {
     const Bin& bin = tl_bins[c];
     if (bin_fingerprint(bin) == tl_bin_seen[c] && bin.count() != 0) {
       bin_flush(h, c, 0);
-      if (h != &g_empty_heap) h->stats.inc(HeapStat::cache_idle_flushes);
+      heap_count(h, HeapStat::cache_idle_flushes);
     }
     tl_bin_seen[c] = bin_fingerprint(bin);
   }
@@ -901,7 +915,7 @@ LM_NOINLINE void bin_overflow(Span* s) {
     return;
   }
   bin_flush(h, c, bin.max / 2);
-  if (h != &g_empty_heap) h->stats.inc(HeapStat::cache_flushes);
+  heap_count(h, HeapStat::cache_flushes);
   bin_event(h);
 }
 
@@ -952,8 +966,7 @@ void secure_free(Heap* h, Span* s, void* p) {
 LM_NOINLINE void free_generic(Span* s, void* p) {
   if (s->discard) lm_invalid_pointer("free", p, "discardable memory (use lazymalloc_discardable_free)");
   if (p != block_start(s)) lm_invalid_pointer("free", p, "points inside a block");
-  Heap* h = tl_heap;
-  if (h != &g_empty_heap) h->stats.inc(HeapStat::large_frees);
+  heap_count(tl_heap, HeapStat::large_frees);
   if (s->kind == SpanKind::kLarge) g.stats.sub(Stat::large_blocks, 1);
   if (s->guard) pal::protect(s->start + s->bytes - kOsPageSize, kOsPageSize, true);
   release_to_backend(s);
@@ -972,8 +985,7 @@ bool move_huge(Span* s, void* q) {
   if (!pal::move_pages(s->start, s->bytes, q, option(Opt::hugepages) != 0)) return false;
   g.stats.add(Stat::mremap_moves, 1);
   g.stats.add(Stat::mremap_bytes, s->bytes);
-  Heap* h = tl_heap;
-  if (h != &g_empty_heap) h->stats.inc(HeapStat::large_frees);
+  heap_count(tl_heap, HeapStat::large_frees);
   release_to_backend(s, true);
   return true;
 }
@@ -1058,11 +1070,11 @@ void lm_init() {
 }
 
 void* lm_malloc(size_t size) {
-  unsigned c;
+  unsigned c;  // cached_class, with the common case tested first
   if (LM_LIKELY(size <= kDirectMax)) {
-    c = kClasses.slot_class[(size + 15) >> 4];
+    c = direct_class(size);
   } else if (size <= kCachedMax) {
-    c = kClasses.mid_class[(size + 255) >> 8];
+    c = mid_class_of(size);
   } else {
     return malloc_generic(size, 0, nullptr);
   }
