@@ -2,6 +2,7 @@
 
 #include <errno.h>
 
+#include <algorithm>
 #include <cstring>
 #include <new>
 
@@ -21,6 +22,14 @@ namespace {
 
 constinit Heap g_empty_heap;  // tl_heap of a thread that has none
 
+// A heap and the slots of its thread's bins, allocated together.  The
+// record comes zero-filled and only the heap is constructed, so a slot page
+// is touched only once a class on it is used.
+struct HeapRecord {
+  Heap heap;
+  Block* bin_slots[kBinSlots];
+};
+
 struct Global {
   Stats stats;
   Backend backend;
@@ -28,7 +37,7 @@ struct Global {
   BackgroundPurger background;
   Releaser releaser;
   Discardable discard;
-  MetaPool<Heap> heap_records;
+  MetaPool<HeapRecord> heap_records;
   Mutex heaps_lock;
   Heap* all_heaps = nullptr;
   Heap* pool = nullptr;
@@ -45,27 +54,32 @@ __attribute__((tls_model("initial-exec"))) thread_local bool tl_initializing = f
 // heap_thread_exit ran: a free no longer gives the thread a heap.
 __attribute__((tls_model("initial-exec"))) thread_local bool tl_exited = false;
 
-// A thread's cache of free objects of one size class (heap.h), in two
-// lists like a span's: malloc pops `head`, free pushes `freed`, and `freed`
-// becomes `head` when `head` runs dry.  Two lists, so that a malloc does not
-// read what the last free of its class just wrote (one list makes every
-// malloc/free pair a chain of store-to-load forwards through the list head
-// and the object: alloc-pair-1t measured 58-67M pairs/s against 87M).  The links
-// are encoded and tagged like a span's.  `max` is 0 until the thread has a
-// heap, from thread exit on, and always in secure mode: then every free
-// flushes at once.
+// A thread's cache of free objects of one size class (heap.h): two stacks
+// of their addresses, in the thread's heap (Heap::bin_slots), each of at
+// most bin_cap(c) entries.  malloc pops from the allocation stack
+// [base, top); free pushes onto the free stack [fbase, ftop), full at
+// flimit; when the allocation stack runs dry the two trade places.  Two
+// stacks, so that a malloc does not read what the last free of its class
+// just wrote (one list made every malloc/free pair a chain of
+// store-to-load forwards: alloc-pair-1t measured 58-67M pairs/s against
+// 87M with two intrusive lists).  The objects hold no link while cached:
+// nothing a program writes into a freed object can misdirect a bin.  All
+// null (a bin of capacity 0) until the thread has a heap, from thread exit
+// on, for classes above kCachedMax, and always in secure mode: then every
+// malloc takes the slow path and every free "overflows" (bin_overflow).
 struct alignas(32) Bin {
-  Block* head;
-  Block* freed;
-  int32_t room;  // max - objects listed: the free that takes it below 0 flushes
-  uint32_t max;
-  uint32_t count() const { return uint32_t(int32_t(max) - room); }
-  void set_max(uint32_t m) {
-    room += int32_t(m) - int32_t(max);
-    max = m;
-  }
+  Block** top;
+  Block** base;
+  Block** ftop;
+  Block** flimit;
 };
 __attribute__((tls_model("initial-exec"))) thread_local Bin tl_bins[kSmallClasses];
+// Where each free stack starts (slow paths only).
+__attribute__((tls_model("initial-exec"))) thread_local Block** tl_bin_fbase[kSmallClasses];
+
+inline uint32_t bin_count(const Bin& bin, unsigned c) {
+  return uint32_t((bin.top - bin.base) + (bin.ftop - tl_bin_fbase[c]));
+}
 
 // Idle bins (bin_event): every kBinGcEvents refills and overflows of a
 // thread, a bin that has not changed since the last look (the same lists
@@ -76,23 +90,17 @@ __attribute__((tls_model("initial-exec"))) thread_local uint64_t tl_bin_seen[kSm
 __attribute__((tls_model("initial-exec"))) thread_local uint32_t tl_bin_events;
 
 // Sizes the malloc fast path serves and bins cache: up to kDirectMax by
-// 16-byte steps, then up to kCachedMax by 256-byte steps (every class above
-// 1 KiB is a multiple of 256, so rounding up to one keeps the class).
-inline constexpr size_t kCachedMax = 32768;
+// 16-byte steps, then up to kCachedMax (heap.h) by 256-byte steps (every
+// class above 1 KiB is a multiple of 256, so rounding up to one keeps the
+// class).
 inline constexpr unsigned kMidSlots = kCachedMax / 256 + 1;
-
-// A bin holds up to kCachedMax bytes of its class (at most 256 objects);
-// classes above it are not cached.
-constexpr uint32_t bin_max(unsigned c) {
-  size_t n = kCachedMax / class_size(c);
-  return uint32_t(n > 256 ? 256 : n);
-}
 
 struct ClassTable {
   uint8_t slot_class[kDirectSlots];  // (size + 15) / 16 -> class, sizes <= kDirectMax
   uint8_t mid_class[kMidSlots];      // (size + 255) / 256 -> class, sizes <= kCachedMax
   uint8_t units[kSmallClasses];
-  uint32_t bin_max[kSmallClasses];
+  uint8_t bin_cap[kSmallClasses];
+  uint16_t bin_offset[kSmallClasses];  // into Heap::bin_slots
   uint64_t magic[kSmallClasses];
 };
 // Fills table[i] with the smallest class of at least i * step bytes.
@@ -108,7 +116,8 @@ constexpr ClassTable make_class_table() {
   ClassTable t{};
   for (unsigned c = 0; c < kSmallClasses; ++c) {
     t.units[c] = uint8_t(span_units(c));
-    t.bin_max[c] = bin_max(c);
+    t.bin_cap[c] = uint8_t(bin_cap(c));
+    t.bin_offset[c] = uint16_t(bin_slot_offset(c));
     t.magic[c] = class_magic(class_size(c));
   }
   fill_slot_classes(t.slot_class, kDirectSlots, 16);
@@ -253,22 +262,13 @@ LM_INLINE Block* take(Span* s, Block* b) {
   return b;
 }
 
-// Pops `b`, the head of a bin (the malloc fast path; never in secure
-// mode).  With checks, b must carry its tag and its link must decode to an
-// address that may be followed.
-LM_INLINE Block* bin_pop(Bin& bin, Block* b) {
-  if constexpr (kChecks) {
-    uintptr_t tag = free_tag(b);  // == link_mask(b)
-    if (LM_UNLIKELY(tag_word(b) != tag)) return take_failed(b);
-    Block* next = reinterpret_cast<Block*>(reinterpret_cast<uintptr_t>(b->next) ^ tag);
-    if (LM_UNLIKELY(!valid_link(next))) return take_failed(b);
-    bin.head = next;
-    std::atomic_signal_fence(std::memory_order_seq_cst);
-    tag_word(b) = 0;
-  } else {
-    bin.head = b->next;
-  }
-  bin.room++;
+// Pops the top of bin's allocation stack, which is not empty (the malloc
+// fast path).  With checks, clears the object's tag.
+LM_INLINE Block* bin_pop(Bin& bin) {
+  Block** t = bin.top - 1;
+  Block* b = *t;
+  bin.top = t;
+  if constexpr (kChecks) tag_word(b) = 0;
   return b;
 }
 
@@ -477,25 +477,23 @@ Span* span_new(Heap* h, unsigned c) {
   return s;
 }
 
-// Moves up to half the bin's bound of objects from the head of span s's
-// allocation list into the bin (not in secure mode: its bins stay empty).
-void bin_refill(Bin& bin, Span* s) {
-  uint32_t want = bin.max / 2;
-  Block* first = s->free;
-  if (!first || !want) return;
+// Fills bin c's empty allocation stack from the head of span s's
+// allocation list, up to its capacity (not in secure mode: its bins have
+// none).  The list's first object ends on top, so objects go out in list
+// order (carve lists them in address order).
+void bin_refill(Bin& bin, unsigned c, Span* s) {
+  uint32_t want = kClasses.bin_cap[c];
+  if (!bin.base || !s->free) return;
   uint32_t n = 0, steps = 0;
-  Block* last = nullptr;
-  Block* b = first;
+  Block* b = s->free;
   while (b && n < want) {
-    last = b;
+    bin.base[n++] = b;
     b = walk_link(s, b, steps);  // validated as it is walked
-    ++n;
   }
   s->free = b;
   s->used += n;
-  link_set(last, bin.head);
-  bin.head = first;
-  bin.room -= int32_t(n);
+  std::reverse(bin.base, bin.base + n);
+  bin.top = bin.base + n;
 }
 
 void bin_event(Heap* h);
@@ -505,11 +503,16 @@ void bin_event(Heap* h);
 // object, takes one and refills the bin from the rest.
 LM_NOINLINE void* alloc_class(Heap* h, unsigned c) {
   Bin& bin = tl_bins[c];
-  if (!bin.head && bin.freed) {
-    bin.head = bin.freed;
-    bin.freed = nullptr;
+  Block** fbase = tl_bin_fbase[c];
+  if (bin.top == bin.base && bin.ftop != fbase) {
+    // The free stack becomes the allocation stack and the other way round.
+    Block** empty = bin.base;
+    bin.base = fbase;
+    bin.top = bin.ftop;
+    tl_bin_fbase[c] = bin.ftop = empty;
+    bin.flimit = empty + kClasses.bin_cap[c];
   }
-  if (bin.head) return bin_pop(bin, bin.head);
+  if (bin.top != bin.base) return bin_pop(bin);
   if (g_secure) {
     // Secure mode's fast path (its bins are always empty).
     Span* head = h->queue[c].head;
@@ -550,7 +553,7 @@ LM_NOINLINE void* alloc_class(Heap* h, unsigned c) {
   }
   queue_changed(h, c);
   Block* b = take(s, s->free);
-  bin_refill(bin, s);
+  bin_refill(bin, c, s);
   bin_event(h);
   return b;
 }
@@ -634,6 +637,19 @@ void fork_child() {
 
 Heap* heap_for_thread();
 
+// Points this thread's bins, which are empty, at heap h's slots.
+void bins_enable(Heap* h) {
+  for (unsigned c = 0; c < kSmallClasses; ++c) {
+    Bin& bin = tl_bins[c];
+    uint32_t cap = kClasses.bin_cap[c];
+    if (!cap) continue;
+    Block** a = h->bin_slots + kClasses.bin_offset[c];
+    bin.top = bin.base = a;
+    bin.ftop = tl_bin_fbase[c] = a + cap;
+    bin.flimit = a + 2 * cap;
+  }
+}
+
 // Gives a thread without a heap one where it needs one outside malloc (its
 // first overflowing free, so that a thread that only frees caches its frees
 // and returns them to their spans in runs; discardable locks); not while
@@ -658,9 +674,10 @@ Heap* heap_for_thread() {
       g.stats.sub(Stat::heaps_pooled, 1);
       g.stats.add(Stat::heap_adoptions, 1);
     } else {
-      h = g.heap_records.alloc(*g.backend.platform(), &g.stats);
-      if (!h) return nullptr;
-      new (h) Heap();
+      HeapRecord* r = g.heap_records.alloc(*g.backend.platform(), &g.stats);
+      if (!r) return nullptr;
+      h = new (&r->heap) Heap();
+      h->bin_slots = r->bin_slots;
       if (g_secure) h->rng = pal::random_seed() | 1;
       h->next_all = g.all_heaps;
       g.all_heaps = h;
@@ -669,9 +686,7 @@ Heap* heap_for_thread() {
     h->owned = true;
   }
   tl_heap = h;
-  if (!g_secure) {
-    for (unsigned c = 0; c < kSmallClasses; ++c) tl_bins[c].set_max(kClasses.bin_max[c]);
-  }
+  if (!g_secure) bins_enable(h);
   pal::set_thread_value(h);
   return h;
 }
@@ -808,64 +823,45 @@ void return_run(Heap* h, Span* s, Block* first, Block* last, uint32_t n) {
   }
 }
 
-// The link of bin entry b, which must carry its tag and a valid link
-// (with checks).
-inline Block* bin_next(Block* b) {
-  Block* next = link_get(b);
-  if constexpr (kChecks) {
-    if (LM_UNLIKELY(!has_free_tag(b) || !valid_link(next))) corrupt_list(b);
-  }
-  return next;
-}
-
-// Returns a list of free objects (linked through bins) to their spans, one
-// run of consecutive objects of the same span at a time.
-void return_list(Heap* h, Block* x) {
-  while (x) {
-    Span* s = g.backend.span_of(x);
-    Block* first = x;
-    Block* last = x;
-    uint32_t n = 1;
-    x = bin_next(x);
-    while (x && in_span(s, x)) {
-      last = x;
-      x = bin_next(x);
-      ++n;
+// Returns free objects v[0..n) (cached: tagged, not linked) to their
+// spans, one run of consecutive entries of the same span at a time.
+void return_objects(Heap* h, Block* const* v, uint32_t n) {
+  for (uint32_t i = 0; i < n;) {
+    Span* s = g.backend.span_of(v[i]);
+    uint32_t j = i + 1;
+    while (j < n && in_span(s, v[j])) {
+      link_set(v[j - 1], v[j]);
+      ++j;
     }
-    return_run(h, s, first, last, n);
+    return_run(h, s, v[i], v[j - 1], j - i);
+    i = j;
   }
 }
 
-// Returns objects of bin c to their spans until at most `keep` remain:
-// all of `head` (refilled or older), and of `freed` all but the `keep` most
-// recent.  The lists are detached first: a free that re-enters (from the
-// backend or the purger) finds a consistent bin.
+// Returns objects of bin c to their spans until at most `keep` remain: all
+// of the allocation stack (refilled or older) and of the free stack all but
+// the `keep` most recent.  The bin is brought to its final state before any
+// object goes back: a malloc or free that re-enters (from the backend, the
+// purger, or a thread they start) finds a consistent bin.
 void bin_flush(Heap* h, unsigned c, uint32_t keep) {
   Bin& bin = tl_bins[c];
-  if (bin.count() <= keep) return;
-  Block* older = bin.head;
-  Block* rest = bin.freed;
-  bin.head = nullptr;
-  uint32_t kept = 0;
-  if (keep && rest) {
-    Block* b = rest;
-    for (kept = 1; kept < keep; ++kept) {
-      Block* next = bin_next(b);
-      if (!next) break;
-      b = next;
-    }
-    rest = bin_next(b);
-    link_set(b, nullptr);
-  } else {
-    bin.freed = nullptr;
-  }
-  bin.room = int32_t(bin.max - kept);
-  return_list(h, older);
-  return_list(h, rest);
+  Block** fbase = tl_bin_fbase[c];
+  uint32_t in_free = uint32_t(bin.ftop - fbase);
+  if (keep > in_free) keep = in_free;
+  uint32_t from_alloc = uint32_t(bin.top - bin.base);
+  uint32_t n = from_alloc + in_free - keep;
+  if (n == 0) return;
+  Block* out[2 * kBinCapMax];
+  memcpy(out, bin.base, from_alloc * sizeof(Block*));
+  memcpy(out + from_alloc, fbase, (in_free - keep) * sizeof(Block*));
+  memmove(fbase, bin.ftop - keep, keep * sizeof(Block*));
+  bin.top = bin.base;
+  bin.ftop = fbase + keep;
+  return_objects(h, out, n);
 }
 
 inline uint64_t bin_fingerprint(const Bin& b) {
-  return reinterpret_cast<uintptr_t>(b.head) ^ (reinterpret_cast<uintptr_t>(b.freed) << 1) ^ uint32_t(b.room);
+  return reinterpret_cast<uintptr_t>(b.top) ^ (reinterpret_cast<uintptr_t>(b.ftop) << 1);
 }
 
 // Counts a refill or overflow; every kBinGcEvents, returns the bins that
@@ -874,7 +870,7 @@ void bin_event(Heap* h) {
   if (++tl_bin_events % kBinGcEvents != 0) return;
   for (unsigned c = 0; c < kSmallClasses; ++c) {
     const Bin& bin = tl_bins[c];
-    if (bin_fingerprint(bin) == tl_bin_seen[c] && bin.count() != 0) {
+    if (bin_fingerprint(bin) == tl_bin_seen[c] && bin_count(bin, c) != 0) {
       bin_flush(h, c, 0);
       heap_count(h, HeapStat::cache_idle_flushes);
     }
@@ -883,30 +879,31 @@ void bin_event(Heap* h) {
 }
 
 // Returns every object of this thread's bins to their spans; with
-// `disable`, later frees flush at once (thread exit).
+// `disable`, the bins take nothing more (thread exit: every free then goes
+// straight to its span).
 void bins_return_all(Heap* h, bool disable) {
   for (unsigned c = 0; c < kSmallClasses; ++c) {
     bin_flush(h, c, 0);
-    if (disable) tl_bins[c].set_max(0);
+    if (disable) {
+      tl_bins[c] = Bin{};
+      tl_bin_fbase[c] = nullptr;
+    }
   }
 }
 
 void secure_free(Heap* h, Span* s, void* p);
 
-// A free of an object of span s overflowed its bin (lm_free pushed the
-// object already): half of the bin goes back to the spans.  Where the bound
-// is 0 (classes above 32 KiB, secure mode, a thread with no heap, which
-// heap_on_demand gives one if it may) the object goes on to the quarantine
+// A free of object p of span s found its bin's free stack full: the older
+// half of the bin goes back to the spans, and p goes on.  A bin of
+// capacity 0 (classes above kCachedMax, secure mode, a thread with no heap,
+// which heap_on_demand gives one if it may) sends p on to the quarantine
 // or its span.
-LM_NOINLINE void bin_overflow(Span* s) {
+LM_NOINLINE void bin_overflow(Span* s, void* p) {
   Heap* h = heap_on_demand(tl_heap);
   const unsigned c = s->cls;
   Bin& bin = tl_bins[c];
-  if (bin.max == 0) {
-    // The object just freed (of span s) is all the bin holds.
-    Block* b = bin.freed;
-    bin.freed = nullptr;
-    bin.room = 0;
+  Block* b = static_cast<Block*>(p);
+  if (!bin.flimit) {
     if (g_secure) {
       secure_free(h, s, b);
     } else {
@@ -914,9 +911,12 @@ LM_NOINLINE void bin_overflow(Span* s) {
     }
     return;
   }
-  bin_flush(h, c, bin.max / 2);
-  heap_count(h, HeapStat::cache_flushes);
-  bin_event(h);
+  if (bin.ftop == bin.flimit) {
+    bin_flush(h, c, kClasses.bin_cap[c] / 2);
+    heap_count(h, HeapStat::cache_flushes);
+    bin_event(h);
+  }
+  *bin.ftop++ = b;
 }
 
 // Secure mode: a quarantined object leaves the FIFO for its free list.
@@ -1079,15 +1079,14 @@ void* lm_malloc(size_t size) {
     return malloc_generic(size, 0, nullptr);
   }
   Bin& bin = tl_bins[c];
-  Block* b = bin.head;
-  if (LM_LIKELY(b != nullptr)) return bin_pop(bin, b);
+  if (LM_LIKELY(bin.top != bin.base)) return bin_pop(bin);
   return malloc_generic(size, 0, nullptr);
 }
 
 void lm_free(void* p) {
-  // The object's line, which the checks read and the push writes, is
-  // fetched while the page map is walked (a prefetch never faults).
-  __builtin_prefetch(p, 1);
+  // With checks, the object's line, which they read and write, is fetched
+  // while the page map is walked (a prefetch never faults).
+  if constexpr (kChecks) __builtin_prefetch(p, 1);
   Span* s = g.backend.span_of(p);  // nullptr for nullptr (no test on the fast path)
   if (LM_UNLIKELY(!s)) return free_unknown(p);
   if (LM_LIKELY(s->kind == SpanKind::kSmall)) {
@@ -1097,24 +1096,18 @@ void lm_free(void* p) {
       // A carved object that does not carry its tag (separate branches:
       // cheaper than combining the tests).
       if (LM_UNLIKELY(pos.index >= __atomic_load_n(&s->reserved, __ATOMIC_RELAXED))) return free_failed(s, p);
-      if (LM_UNLIKELY(tag_word(p) == free_tag(p))) return free_failed(s, p);
+      uintptr_t tag = free_tag(p);
+      if (LM_UNLIKELY(tag_word(p) == tag)) return free_failed(s, p);
+      tag_word(p) = tag;
+      std::atomic_signal_fence(std::memory_order_seq_cst);  // tagged before cached
     }
     // Onto this thread's bin, whichever heap owns the span.
-    unsigned c = s->cls;
-    Bin& bin = tl_bins[c];
-    Block* b = static_cast<Block*>(p);
-    Block* head = bin.freed;
-    if constexpr (kChecks) {
-      uintptr_t tag = free_tag(p);  // == link_mask(p)
-      b->next = reinterpret_cast<Block*>(reinterpret_cast<uintptr_t>(head) ^ tag);
-      tag_word(p) = tag;
-    } else {
-      b->next = head;
-    }
-    std::atomic_signal_fence(std::memory_order_seq_cst);  // tagged before listed
-    bin.freed = b;
-    if (LM_LIKELY(--bin.room >= 0)) return;
-    return bin_overflow(s);
+    Bin& bin = tl_bins[s->cls];
+    Block** t = bin.ftop;
+    if (LM_UNLIKELY(t == bin.flimit)) return bin_overflow(s, p);
+    *t = static_cast<Block*>(p);
+    bin.ftop = t + 1;
+    return;
   }
   free_generic(s, p);
 }

@@ -1,13 +1,13 @@
 // Thread heaps and the allocation entry points of lazymalloc.
 //
 // Each thread keeps a cache of free small objects per size class (a "bin":
-// a LIFO list in thread-local storage, bounded by count): malloc pops from
-// it and free pushes onto it whichever thread's span the object came from,
-// with no lock and no atomic read-modify-write.  An empty bin refills with
-// a batch from the thread's spans; a full one returns half to the objects'
-// spans: the owner's go on the span's local list, other threads' on the
-// span's atomic `xfree` list (one CAS per run of objects of one span), so
-// cross-thread frees never take a global lock.
+// two bounded stacks of addresses, outside the objects): malloc pops from
+// one and free pushes onto the other whichever thread's span the object
+// came from, with no lock and no atomic read-modify-write.  An empty bin
+// refills with a batch from the thread's spans; a full one returns the
+// older part to the objects' spans: the owner's go on the span's local
+// list, other threads' on the span's atomic `xfree` list (one CAS per run
+// of objects of one span), so cross-thread frees never take a global lock.
 //
 // Each heap keeps, per size class, a queue of spans with free objects;
 // spans that ran out wait on the heap's full list; the first remote free
@@ -41,6 +41,26 @@ struct SpanQueue {
 inline constexpr unsigned kQuarantineSlots = 128;
 inline constexpr size_t kQuarantineBytes = size_t(1) << 20;
 
+// Thread caches (heap.cc, "bins"): sizes up to kCachedMax are cached.  A
+// bin is two stacks of free objects' addresses, each of at most
+// bin_cap(c) entries (at most 128 objects and 16 KiB, and at least one
+// object), in its heap's `bin_slots`.
+inline constexpr size_t kCachedMax = 32768;
+inline constexpr uint32_t kBinCapMax = 128;
+constexpr uint32_t bin_cap(unsigned c) {
+  size_t size = class_size(c);
+  if (size > kCachedMax) return 0;
+  size_t n = 16384 / size;
+  return uint32_t(n > kBinCapMax ? kBinCapMax : n < 1 ? 1 : n);
+}
+// Where class c's two stacks start in bin_slots, and how many slots a heap has.
+constexpr size_t bin_slot_offset(unsigned c) {
+  size_t n = 0;
+  for (unsigned k = 0; k < c; ++k) n += 2 * size_t(bin_cap(k));
+  return n;
+}
+inline constexpr size_t kBinSlots = bin_slot_offset(kSmallClasses);
+
 struct Heap {
   SpanQueue queue[kSmallClasses] = {};
   Span* head_ref[kSmallClasses] = {};  // holds a phantom object (queue_changed)
@@ -55,6 +75,9 @@ struct Heap {
   unsigned quarantine_next = 0;     // oldest entry (the next to leave)
   size_t quarantine_bytes = 0;
   uint64_t rng = 0;                 // carve shuffles (xorshift)
+  // kBinSlots entries for the owning thread's bins, in the heap's record
+  // (heap.cc).
+  Block** bin_slots = nullptr;
 };
 
 // ---- allocation API (what override/ exports under the standard names) ----
