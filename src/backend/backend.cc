@@ -41,10 +41,23 @@ bool Backend::register_arena(Arena* a) {
   uintptr_t first = a->base >> kSlotShift;
   for (size_t i = 0; i < a->nslots; ++i) {
     uintptr_t idx = first + i;
-    SlotMeta** leaf = idx < (uintptr_t(1) << (kAddressBits - kSlotShift))
-                          ? const_cast<SlotMeta**>(root_[idx >> kLeafBits])
-                          : nullptr;
-    if (leaf == g_empty_leaf.entries) {
+    bool in_range = idx < (uintptr_t(1) << (kAddressBits - kSlotShift));
+    SlotMeta** leaf = in_range ? const_cast<SlotMeta**>(root_[idx >> kLeafBits]) : nullptr;
+    Span** unit_leaf = in_range ? const_cast<Span**>(unit_root_[idx >> kLeafBits]) : nullptr;
+    if (unit_leaf == g_empty_unit_leaf) {
+      // 2 MiB of which only the pages for units in use are touched: never
+      // a transparent huge page.
+      unit_leaf = static_cast<Span**>(platform_->map(platform_->ctx, kUnitLeafSize * sizeof(Span*)));
+      stats_->add(Stat::mmap_calls, 1);
+      if (unit_leaf) {
+        platform_->advise_hugepage(platform_->ctx, unit_leaf, kUnitLeafSize * sizeof(Span*), false);
+        stats_->add(Stat::metadata_bytes, kUnitLeafSize * sizeof(Span*));
+        __atomic_store_n(&unit_root_[idx >> kLeafBits], unit_leaf, __ATOMIC_RELEASE);
+      } else {
+        stats_->add(Stat::mmap_failures, 1);
+      }
+    }
+    if (leaf == g_empty_leaf.entries && unit_leaf) {
       leaf = static_cast<SlotMeta**>(platform_->map(platform_->ctx, kLeafSize * sizeof(SlotMeta*)));
       stats_->add(Stat::mmap_calls, 1);
       if (leaf) {
@@ -55,7 +68,7 @@ bool Backend::register_arena(Arena* a) {
         stats_->add(Stat::mmap_failures, 1);
       }
     }
-    if (!leaf) {
+    if (!leaf || !unit_leaf) {
       // Out of the address range or of memory for a leaf: forget the slots
       // registered so far, whose records the caller is about to unmap (the
       // leaves stay, for later arenas).
@@ -66,6 +79,7 @@ bool Backend::register_arena(Arena* a) {
       return false;
     }
     leaf[idx & (kLeafSize - 1)] = &a->slots[i];
+    a->slots[i].unit_span = unit_leaf + (idx & (kLeafSize - 1)) * kUnitsPerSlot;
   }
   return true;
 }
@@ -853,14 +867,14 @@ const char* Backend::check_invariants() {
       switch (m->kind) {
         case SlotKind::kFree:
           if (m->used) return "free slot with used units";
-          for (Span* sp : m->unit_span) {
-            if (sp) return "free slot still maps a span";
+          for (unsigned u = 0; u < kUnitsPerSlot; ++u) {
+            if (m->unit_span[u]) return "free slot still maps a span";
           }
           break;
         case SlotKind::kHuge:
           if (m->retained | m->lazy) return "huge slot with free units";
-          for (Span* sp : m->unit_span) {
-            if (sp != m->unit_span[0] || !sp) return "huge slot not mapped to one span";
+          for (unsigned u = 0; u < kUnitsPerSlot; ++u) {
+            if (m->unit_span[u] != m->unit_span[0] || !m->unit_span[u]) return "huge slot not mapped to one span";
           }
           break;
         case SlotKind::kUnits:
@@ -876,8 +890,8 @@ const char* Backend::check_invariants() {
           if (m->used || (m->retained & m->purging) || (m->lazy & m->purging)) {
             return "purging units still counted free or used";
           }
-          for (Span* sp : m->unit_span) {
-            if (sp) return "purging slot still maps a span";
+          for (unsigned u = 0; u < kUnitsPerSlot; ++u) {
+            if (m->unit_span[u]) return "purging slot still maps a span";
           }
           ++purging;
           break;

@@ -40,7 +40,7 @@ enum class SlotKind : uint8_t {
 };
 
 struct SlotMeta {
-  Span* unit_span[kUnitsPerSlot];  // span covering each unit, nullptr if free
+  Span** unit_span;  // kUnitsPerSlot entries in the page map: the span covering each unit, nullptr if free
   uint32_t used;       // kUnits: units allocated or held by the purger
   uint32_t retained;   // free units that are resident (never set with `used`)
   uint32_t lazy;       // free units given MADV_FREE
@@ -64,11 +64,15 @@ struct SlotMeta {
   uintptr_t base;      // address of the slot
 };
 
-// The page map's "nothing here": every entry of an unused leaf, and every
-// root entry without a leaf, leads here, so lookups need one null test only
-// (on the span).
+// The page maps.  A root entry covers 2^13 slots (16 GiB) with a leaf of
+// SlotMeta* (the slot map: owns_address) and a leaf of Span* per 64 KiB
+// unit (the unit map: span_of, two dependent loads).  Root entries without
+// a leaf lead to the empty leaves, whose entries say "nothing here"
+// (g_no_slot; a null span), so lookups need one null test only (on the
+// span).
 inline constinit SlotMeta g_no_slot{};
 inline constexpr size_t kPageMapLeafSize = size_t(1) << 13;
+inline constexpr size_t kUnitLeafSize = kPageMapLeafSize * kUnitsPerSlot;
 struct EmptyLeaf {
   SlotMeta* entries[kPageMapLeafSize];
   constexpr EmptyLeaf() : entries() {
@@ -76,6 +80,7 @@ struct EmptyLeaf {
   }
 };
 inline constinit const EmptyLeaf g_empty_leaf;
+inline constinit Span* g_empty_unit_leaf[kUnitLeafSize] = {};  // never written (bss)
 
 struct Arena {
   uintptr_t base;
@@ -143,6 +148,7 @@ class Backend {
  public:
   constexpr Backend() {
     for (auto& r : root_) r = g_empty_leaf.entries;
+    for (auto& r : unit_root_) r = g_empty_unit_leaf;
   }
 
   // `platform` and `stats` must outlive the backend.
@@ -192,8 +198,8 @@ class Backend {
     uintptr_t a = reinterpret_cast<uintptr_t>(p);
     uintptr_t slot = a >> kSlotShift;
     if (LM_UNLIKELY(slot >= (uintptr_t(1) << (kAddressBits - kSlotShift)))) return nullptr;
-    SlotMeta* const* leaf = __atomic_load_n(&root_[slot >> kLeafBits], __ATOMIC_ACQUIRE);
-    return leaf[slot & (kLeafSize - 1)]->unit_span[(a >> kUnitShift) & (kUnitsPerSlot - 1)];
+    Span* const* leaf = __atomic_load_n(&unit_root_[slot >> kLeafBits], __ATOMIC_ACQUIRE);
+    return leaf[(a >> kUnitShift) & (kUnitLeafSize - 1)];
   }
   // True if `p` lies in address space this backend reserved.
   bool owns_address(const void* p) const;
@@ -295,6 +301,7 @@ class Backend {
   // Leaves are g_empty_leaf until an arena needs them; written with release
   // under lock_, read with acquire by span_of().
   SlotMeta* const* root_[kRootSize];
+  Span* const* unit_root_[kRootSize];
 };
 
 }  // namespace lazymalloc

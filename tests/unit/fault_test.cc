@@ -91,7 +91,9 @@ TEST_F(FaultTest, ArenaReservationIsHalvedWhenTheFullSizeFails) {
   EXPECT_EQ(fake.reserve_fault.calls, 2u);
   EXPECT_EQ(st(Stat::reserved_bytes), 32 * kMiB);
   EXPECT_EQ(st(Stat::mmap_failures), 1u);
-  EXPECT_EQ(fake.hugepage_calls, 1u);  // MADV_HUGEPAGE goes through the platform too
+  // MADV_HUGEPAGE for the arena and MADV_NOHUGEPAGE for the unit map's leaf
+  // go through the platform too.
+  EXPECT_EQ(fake.hugepage_calls, 2u);
   expect_consistent();
   backend->release(s);
 }
@@ -187,8 +189,9 @@ TEST_F(FaultTest, PageMapLeafFailureUnregistersTheSlotsAlreadyEntered) {
 }
 
 TEST_F(FaultTest, SpanRecordMappingFailsForUnitAndSlotRuns) {
-  // Fresh backend: SlotMeta array, arena record chunk, leaf, span chunk.
-  fake.map_fault.fail_nth(4);
+  // Fresh backend: SlotMeta array, arena record chunk, unit map leaf, slot
+  // map leaf, span chunk.
+  fake.map_fault.fail_nth(5);
   EXPECT_EQ(backend->alloc(3 * kUnitSize, 16), nullptr);
   EXPECT_EQ(fake.map_fault.failures, 1u);
   EXPECT_EQ(st(Stat::arenas), 1u);  // the arena itself is fine
@@ -201,7 +204,7 @@ TEST_F(FaultTest, SpanRecordMappingFailsForUnitAndSlotRuns) {
   Stats stats2;
   auto b2 = std::make_unique<Backend>();
   b2->init(fake.get(), &stats2, 64 * kMiB, false);
-  fake.map_fault.fail_nth(4);
+  fake.map_fault.fail_nth(5);  // the span chunk, as above
   EXPECT_EQ(b2->alloc(5 * kMiB, 4 * kMiB), nullptr);
   EXPECT_EQ(b2->check_invariants(), nullptr);
   EXPECT_EQ(stats2.get(Stat::active_bytes), 0u);
@@ -210,6 +213,23 @@ TEST_F(FaultTest, SpanRecordMappingFailsForUnitAndSlotRuns) {
   EXPECT_EQ(stats2.get(Stat::arenas), 1u);
   b2->release(h);
   EXPECT_EQ(b2->check_invariants(), nullptr);
+}
+
+TEST_F(FaultTest, UnitMapLeafFailureGivesTheArenaBack) {
+  fake.map_fault.only_size = kUnitLeafSize * sizeof(Span*);
+  fake.map_fault.fail_nth(1);
+  EXPECT_EQ(backend->alloc(2 * kMiB, 16), nullptr);
+  EXPECT_EQ(fake.map_fault.failures, 1u);
+  expect_reservations_returned();
+  EXPECT_EQ(st(Stat::arenas), 0u);
+  expect_consistent();
+  fake.map_fault.heal();
+  Span* s = backend->alloc(2 * kMiB, 16);
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(backend->span_of(s->start + kMiB), s);
+  EXPECT_TRUE(backend->owns_address(s->start));
+  backend->release(s);
+  expect_consistent();
 }
 
 // ------------------------------------------------------------ advice
