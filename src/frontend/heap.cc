@@ -82,8 +82,8 @@ inline uint32_t bin_count(const Bin& bin, unsigned c) {
 }
 
 // Idle bins (bin_event): every kBinGcEvents refills and overflows of a
-// thread, a bin that has not changed since the last look (the same lists
-// and count) goes back to its spans, so a thread that moved on to other
+// thread, a bin that has not changed since the last look (the same stack
+// tops) goes back to its spans, so a thread that moved on to other
 // sizes does not keep the old ones.
 inline constexpr uint32_t kBinGcEvents = 256;
 __attribute__((tls_model("initial-exec"))) thread_local uint64_t tl_bin_seen[kSmallClasses];
@@ -195,12 +195,12 @@ inline void set_free_tag(void* p) {
   std::atomic_signal_fence(std::memory_order_seq_cst);
 }
 
-// Free-list links.  With checks, or in secure mode, a link is stored xor'ed
-// with g_link_key and its own address (with checks and not secure, the key
-// is g_free_key, so the mask equals the tag and the fast paths reuse it;
+// Span free-list links (bins hold no links).  With checks, or in secure
+// mode, a link is stored xor'ed with g_link_key and its own address (with
+// checks and not secure, the key is g_free_key, so the mask equals the tag;
 // secure mode has a key of its own).  A link overwritten after the free
-// then decodes to garbage, which the pops reject (valid_link, in_span)
-// instead of following it.  link_set tags too.
+// then decodes to garbage, which the pops and walks reject (in_span and the
+// tag) instead of following it.  link_set tags too.
 inline uintptr_t link_mask(const void* b) {
   return g_link_key ? g_link_key ^ reinterpret_cast<uintptr_t>(b) : 0;
 }
@@ -210,12 +210,6 @@ inline Block* link_get(const Block* b) {
 inline void link_set(Block* b, Block* next) {
   b->next = reinterpret_cast<Block*>(reinterpret_cast<uintptr_t>(next) ^ link_mask(b));
   set_free_tag(b);
-}
-// A decoded link can be followed: null or a 16-byte aligned address below
-// 2^kAddressBits (a garbage link passes with probability 2^-20).
-inline bool valid_link(const Block* next) {
-  constexpr uintptr_t kBad = ~((uintptr_t(1) << kAddressBits) - 1) | (kMinAlign - 1);
-  return (reinterpret_cast<uintptr_t>(next) & kBad) == 0;
 }
 
 // True if `b` (any value: maybe a corrupted link) lies inside span s, so
