@@ -114,6 +114,42 @@ TEST(ThreadCache, AThreadReusesObjectsItFreedWhoeverAllocatedThem) {
   EXPECT_EQ(lm_check_invariants(), nullptr);
 }
 
+TEST(ThreadCache, WritesIntoCachedObjectsCannotMisdirectTheCache) {
+  // A use after free that rewrites cached objects' first words (where an
+  // intrusive list would keep its links and an attacker would aim) changes
+  // nothing the cache relies on: the same objects come back, and nothing
+  // else.
+  constexpr size_t kSize = 112;
+  std::thread([] {
+    std::vector<void*> made;
+    for (int i = 0; i < 6; ++i) made.push_back(lm_malloc(kSize));
+    char decoy[64];
+    for (void* p : made) lm_free(p);
+    for (void* p : made) {
+      auto* w = static_cast<void**>(p);
+      w[0] = decoy;
+      w[1] = decoy + 16;
+    }
+    // The cache hands out what it held before (its allocation stack), then
+    // the objects freed above.
+    std::vector<void*> got;
+    size_t back = 0;
+    while (got.size() < 1024 && back < made.size()) {
+      void* p = lm_malloc(kSize);
+      ASSERT_NE(p, nullptr);
+      EXPECT_GE(reinterpret_cast<uintptr_t>(p) - reinterpret_cast<uintptr_t>(decoy), sizeof decoy);
+      back += std::count(made.begin(), made.end(), p);
+      got.push_back(p);
+    }
+    EXPECT_EQ(back, made.size());
+    std::vector<void*> sorted = got;
+    std::sort(sorted.begin(), sorted.end());
+    EXPECT_EQ(std::adjacent_find(sorted.begin(), sorted.end()), sorted.end()) << "an object handed out twice";
+    for (void* p : got) lm_free(p);
+  }).join();
+  EXPECT_EQ(lm_check_invariants(), nullptr);
+}
+
 TEST(ThreadCache, OverflowAndExitReturnEveryObjectToItsOwner) {
   constexpr size_t kSize = 1024;  // a cache holds 32
   constexpr size_t kCount = 1000;
