@@ -35,11 +35,14 @@ inline int find_zero_run(uint32_t used, unsigned n) {
 #define LM_UNLIKELY(x) __builtin_expect(!!(x), 0)
 #define LM_NOINLINE __attribute__((noinline))
 // A failure path that fast paths tail-call: gcc must not see that it never
-// returns (it would then call it, which costs the caller a stack frame).
+// returns (it would then call it, which costs the caller a stack frame), and
+// must know that it does not throw (inlined into a caller built with
+// exceptions, such as operator delete, a call that may throw is no tail
+// call either).
 #if defined(__clang__)
-#define LM_FAILURE_PATH __attribute__((noinline))
+#define LM_FAILURE_PATH __attribute__((noinline, nothrow))
 #else
-#define LM_FAILURE_PATH __attribute__((noipa))
+#define LM_FAILURE_PATH __attribute__((noipa, nothrow))
 #endif
 #define LM_INLINE inline __attribute__((always_inline))
 

@@ -15,8 +15,12 @@ using namespace lazymalloc;
 
 #define LM_EXPORT extern "C" __attribute__((visibility("default")))
 
-LM_EXPORT void* malloc(size_t size) { return lm_malloc(size); }
-LM_EXPORT void free(void* p) { lm_free(p); }
+// malloc and free take the fast paths in their own bodies where the library
+// is linked with LTO (src/CMakeLists.txt).
+#define LM_FAST LM_EXPORT __attribute__((flatten))
+
+LM_FAST void* malloc(size_t size) { return lm_malloc(size); }
+LM_FAST void free(void* p) { lm_free(p); }
 LM_EXPORT void cfree(void* p) { lm_free(p); }
 LM_EXPORT void* calloc(size_t count, size_t size) { return lm_calloc(count, size); }
 LM_EXPORT void* realloc(void* p, size_t size) { return lm_realloc(p, size); }
