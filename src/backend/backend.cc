@@ -37,6 +37,17 @@ Span* Backend::new_span() { return spans_.alloc(*platform_, stats_); }
 
 // ---------------------------------------------------------------- arenas
 
+void* Backend::map_leaf(size_t bytes) {
+  void* p = platform_->map(platform_->ctx, bytes);
+  stats_->add(Stat::mmap_calls, 1);
+  if (p) {
+    stats_->add(Stat::metadata_bytes, bytes);
+  } else {
+    stats_->add(Stat::mmap_failures, 1);
+  }
+  return p;
+}
+
 bool Backend::register_arena(Arena* a) {
   uintptr_t first = a->base >> kSlotShift;
   for (size_t i = 0; i < a->nslots; ++i) {
@@ -47,25 +58,17 @@ bool Backend::register_arena(Arena* a) {
     if (unit_leaf == g_empty_unit_leaf) {
       // 2 MiB of which only the pages for units in use are touched: never
       // a transparent huge page.
-      unit_leaf = static_cast<Span**>(platform_->map(platform_->ctx, kUnitLeafSize * sizeof(Span*)));
-      stats_->add(Stat::mmap_calls, 1);
+      unit_leaf = static_cast<Span**>(map_leaf(kUnitLeafSize * sizeof(Span*)));
       if (unit_leaf) {
         platform_->advise_hugepage(platform_->ctx, unit_leaf, kUnitLeafSize * sizeof(Span*), false);
-        stats_->add(Stat::metadata_bytes, kUnitLeafSize * sizeof(Span*));
         __atomic_store_n(&unit_root_[idx >> kLeafBits], unit_leaf, __ATOMIC_RELEASE);
-      } else {
-        stats_->add(Stat::mmap_failures, 1);
       }
     }
     if (leaf == g_empty_leaf.entries && unit_leaf) {
-      leaf = static_cast<SlotMeta**>(platform_->map(platform_->ctx, kLeafSize * sizeof(SlotMeta*)));
-      stats_->add(Stat::mmap_calls, 1);
+      leaf = static_cast<SlotMeta**>(map_leaf(kLeafSize * sizeof(SlotMeta*)));
       if (leaf) {
         for (size_t e = 0; e < kLeafSize; ++e) leaf[e] = &g_no_slot;
-        stats_->add(Stat::metadata_bytes, kLeafSize * sizeof(SlotMeta*));
         __atomic_store_n(&root_[idx >> kLeafBits], leaf, __ATOMIC_RELEASE);
-      } else {
-        stats_->add(Stat::mmap_failures, 1);
       }
     }
     if (!leaf || !unit_leaf) {

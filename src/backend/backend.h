@@ -251,6 +251,7 @@ class Backend {
   // All REQUIRES: lock_ held.
   Arena* add_arena(size_t min_slots, size_t align);
   bool register_arena(Arena* a);
+  void* map_leaf(size_t bytes);  // a page-map leaf, counted as metadata; nullptr if it fails
   SlotMeta* take_free_run(size_t nslots);
   void carve_run(SlotMeta* head, size_t nslots);  // head is a free run's first slot
   void insert_free_run(SlotMeta* first, size_t nslots);

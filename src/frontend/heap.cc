@@ -174,10 +174,10 @@ inline char* block_start(const Span* s) { return s->start + s->lead; }
 // ------------------------------------------------------------ checks
 
 // Free tags (checks on).  A free small object carries in its second word
-// (objects are >= 16 bytes) its tag, g_free_key ^ its own address: every
-// list insertion writes it (link_set, and the free fast path), carve tags
-// never-used objects, and malloc clears the word when it hands the object
-// out (the line it reads the link from).  So "tag present" means "free, not
+// (objects are >= 16 bytes) its tag, g_free_key ^ its own address: the free
+// fast path writes it before caching the object, every list insertion
+// (link_set) before listing it, carve tags never-used objects, and malloc
+// clears the word when it hands the object out.  So "tag present" means "free, not
 // handed out since".  The key is odd and random per process, and objects
 // are 16-byte aligned, so live data matches by chance with probability
 // 2^-64 per free; being address-bound, a tag copied elsewhere (memmove of
@@ -817,6 +817,12 @@ void return_run(Heap* h, Span* s, Block* first, Block* last, uint32_t n) {
   }
 }
 
+// Returns one free object (tagged) of span s to it.
+void return_object(Heap* h, Span* s, void* p) {
+  Block* b = static_cast<Block*>(p);
+  return_run(h, s, b, b, 1);
+}
+
 // Returns free objects v[0..n) (cached: tagged, not linked) to their
 // spans, one run of consecutive entries of the same span at a time.
 void return_objects(Heap* h, Block* const* v, uint32_t n) {
@@ -896,12 +902,11 @@ LM_NOINLINE void bin_overflow(Span* s, void* p) {
   Heap* h = heap_on_demand(tl_heap);
   const unsigned c = s->cls;
   Bin& bin = tl_bins[c];
-  Block* b = static_cast<Block*>(p);
   if (!bin.flimit) {
     if (g_secure) {
-      secure_free(h, s, b);
+      secure_free(h, s, p);
     } else {
-      return_run(h, s, b, b, 1);
+      return_object(h, s, p);
     }
     return;
   }
@@ -910,15 +915,14 @@ LM_NOINLINE void bin_overflow(Span* s, void* p) {
     heap_count(h, HeapStat::cache_flushes);
     bin_event(h);
   }
-  *bin.ftop++ = b;
+  *bin.ftop++ = static_cast<Block*>(p);
 }
 
 // Secure mode: a quarantined object leaves the FIFO for its free list.
 void quarantine_release(Heap* h, void* p) {
   Span* s = g.backend.span_of(p);
   h->quarantine_bytes -= s->obj_size;
-  Block* b = static_cast<Block*>(p);
-  return_run(h, s, b, b, 1);
+  return_object(h, s, p);
 }
 
 void quarantine_flush(Heap* h) {
@@ -937,8 +941,7 @@ void secure_free(Heap* h, Span* s, void* p) {
   memset(p, 0xdf, s->obj_size);
   set_free_tag(p);  // after the fill
   if (h == &g_empty_heap) {
-    Block* b = static_cast<Block*>(p);
-    return_run(h, s, b, b, 1);
+    return_object(h, s, p);
     return;
   }
   unsigned k = h->quarantine_next;
