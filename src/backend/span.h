@@ -7,7 +7,7 @@
 //                   or destroyed; read by anyone holding a live pointer into it.
 //   frontend fields (small spans) written only by the thread that owns
 //                   `heap`, except `xfree`, which other threads push to with
-//                   CAS (see frontend/heap.cc for the protocol).
+//                   CAS (see frontend/spans.cc for the protocol).
 #pragma once
 
 #include <atomic>
@@ -21,7 +21,7 @@ struct SlotMeta;
 struct DiscardChunk;
 
 // A free small object: its first word links it; with checks its second
-// word holds its free tag (frontend/heap.cc).
+// word holds its free tag (frontend/checks.h).
 struct Block {
   Block* next;
 };
@@ -46,7 +46,7 @@ struct alignas(64) Span {
   char* start;
   size_t bytes;         // units * 64 KiB, or slots * 2 MiB
   Heap* heap;           // owner (small spans), nullptr otherwise
-  uint64_t div_magic;   // 2^64 / obj_size rounded up: index and divisibility (frontend/heap.cc, block_pos)
+  uint64_t div_magic;   // 2^64 / obj_size rounded up: index and divisibility (frontend/checks.h, block_pos)
   uint32_t obj_size;    // bytes per object (the usable size)
   uint32_t reserved;    // objects carved so far (the rest were never touched);
                         // here, not in line 1, as remote frees read it

@@ -41,7 +41,7 @@ struct SpanQueue {
 inline constexpr unsigned kQuarantineSlots = 128;
 inline constexpr size_t kQuarantineBytes = size_t(1) << 20;
 
-// Thread caches (heap.cc, "bins"): sizes up to kCachedMax are cached.  A
+// Thread caches (bins.h, bins.cc): sizes up to kCachedMax are cached.  A
 // bin is two stacks of free objects' addresses, each of at most
 // bin_cap(c) entries (at most 128 objects and 16 KiB, and at least one
 // object), in its heap's `bin_slots`.
@@ -76,7 +76,7 @@ struct Heap {
   size_t quarantine_bytes = 0;
   uint64_t rng = 0;                 // carve shuffles (xorshift)
   // kBinSlots entries for the owning thread's bins, in the heap's record
-  // (heap.cc).
+  // (HeapRecord, frontend/internal.h).
   Block** bin_slots = nullptr;
 };
 

@@ -1,0 +1,119 @@
+// Thread caches ("bins", heap.h) and the class table the malloc fast path
+// reads.  Inline here: what lm_malloc and lm_free use (the bins, the class
+// lookups, bin_pop); the slow paths are in bins.cc.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/span.h"
+#include "core/bits.h"
+#include "frontend/checks.h"
+#include "frontend/heap.h"
+#include "frontend/size_class.h"
+
+#pragma GCC visibility push(hidden)
+
+namespace lazymalloc::detail {
+
+// A thread's cache of free objects of one size class (heap.h): two stacks
+// of their addresses, in the thread's heap (Heap::bin_slots), each of at
+// most bin_cap(c) entries.  malloc pops from the allocation stack
+// [base, top); free pushes onto the free stack [fbase, ftop), full at
+// flimit; when the allocation stack runs dry the two trade places.  Two
+// stacks, so that a malloc does not read what the last free of its class
+// just wrote (one list made every malloc/free pair a chain of
+// store-to-load forwards: alloc-pair-1t measured 58-67M pairs/s against
+// 87M with two intrusive lists).  The objects hold no link while cached:
+// nothing a program writes into a freed object can misdirect a bin.  All
+// null (a bin of capacity 0) until the thread has a heap, from thread exit
+// on, for classes above kCachedMax, and always in secure mode: then every
+// malloc takes the slow path and every free "overflows" (bin_overflow).
+struct alignas(32) Bin {
+  Block** top;
+  Block** base;
+  Block** ftop;
+  Block** flimit;
+};
+// Defined in bins.cc; constinit, so other files reach them without a TLS
+// init wrapper.
+extern constinit __attribute__((tls_model("initial-exec"))) thread_local Bin tl_bins[kSmallClasses];
+// Where each free stack starts (slow paths only).
+extern constinit __attribute__((tls_model("initial-exec"))) thread_local Block** tl_bin_fbase[kSmallClasses];
+
+// Sizes the malloc fast path serves and bins cache: up to kDirectMax by
+// 16-byte steps, then up to kCachedMax (heap.h) by 256-byte steps (every
+// class above 1 KiB is a multiple of 256, so rounding up to one keeps the
+// class).
+inline constexpr unsigned kMidSlots = kCachedMax / 256 + 1;
+
+struct ClassTable {
+  uint8_t slot_class[kDirectSlots];  // (size + 15) / 16 -> class, sizes <= kDirectMax
+  uint8_t mid_class[kMidSlots];      // (size + 255) / 256 -> class, sizes <= kCachedMax
+  uint8_t units[kSmallClasses];
+  uint8_t bin_cap[kSmallClasses];
+  uint16_t bin_offset[kSmallClasses];  // into Heap::bin_slots
+  uint64_t magic[kSmallClasses];
+};
+// Fills table[i] with the smallest class of at least i * step bytes.
+constexpr void fill_slot_classes(uint8_t* table, unsigned slots, size_t step) {
+  unsigned c = 0;
+  for (unsigned i = 0; i < slots; ++i) {
+    while (class_size(c) < i * step) ++c;
+    table[i] = uint8_t(c);
+  }
+}
+
+constexpr ClassTable make_class_table() {
+  ClassTable t{};
+  for (unsigned c = 0; c < kSmallClasses; ++c) {
+    t.units[c] = uint8_t(span_units(c));
+    t.bin_cap[c] = uint8_t(bin_cap(c));
+    t.bin_offset[c] = uint16_t(bin_slot_offset(c));
+    t.magic[c] = class_magic(class_size(c));
+  }
+  fill_slot_classes(t.slot_class, kDirectSlots, 16);
+  fill_slot_classes(t.mid_class, kMidSlots, 256);
+  return t;
+}
+constexpr ClassTable kClasses = make_class_table();
+
+// The class of a size the malloc fast path serves: direct_class up to
+// kDirectMax, mid_class_of above it up to kCachedMax.
+constexpr unsigned direct_class(size_t size) { return kClasses.slot_class[(size + 15) >> 4]; }
+constexpr unsigned mid_class_of(size_t size) { return kClasses.mid_class[(size + 255) >> 8]; }
+constexpr unsigned cached_class(size_t size) {
+  return size <= kDirectMax ? direct_class(size) : mid_class_of(size);
+}
+
+// The fast path's class of every size it serves is the smallest that fits.
+constexpr bool fast_classes_match() {
+  unsigned want = 0;  // found incrementally (compilers' constexpr step limits)
+  for (size_t size = 1; size <= kCachedMax; ++size) {
+    while (class_size(want) < size) ++want;
+    if (cached_class(size) != want) return false;
+  }
+  return true;
+}
+
+// Pops the top of bin's allocation stack, which is not empty (the malloc
+// fast path).  With checks, clears the object's tag.
+LM_INLINE Block* bin_pop(Bin& bin) {
+  Block** t = bin.top - 1;
+  Block* b = *t;
+  bin.top = t;
+  if constexpr (kChecks) tag_word(b) = 0;
+  return b;
+}
+
+// The slow paths (bins.cc).
+void bin_refill(Bin& bin, unsigned c, Span* s);
+void bin_flush(Heap* h, unsigned c, uint32_t keep);
+void bin_event(Heap* h);
+void bins_enable(Heap* h);
+void bins_return_all(Heap* h, bool disable);
+LM_NOINLINE void bin_overflow(Span* s, void* p);
+
+}  // namespace lazymalloc::detail
+
+#pragma GCC visibility pop

@@ -1,0 +1,65 @@
+// Misuse checks: the free-tag key and the failure paths that report a
+// misuse and abort (checks.h has the tests themselves).
+#include "frontend/checks.h"
+
+#include "core/format.h"
+#include "frontend/internal.h"
+#include "pal/pal.h"
+
+namespace lazymalloc {
+
+namespace detail {
+
+uintptr_t g_free_key = 1;  // drawn by lm_init (checks.h)
+uint64_t g_link_key = 0;
+
+[[noreturn]] LM_NOINLINE void corrupt_list(const void* b) {
+  lm_invalid_pointer("malloc", b,
+                     "corrupted free list (a freed object was overwritten: use after free or overflow)");
+}
+
+LM_FAILURE_PATH
+Block* take_failed(const Block* b) { corrupt_list(b); }
+
+// The failure path of lm_free's small-object tests (a tail call): says what
+// was wrong and aborts.
+LM_FAILURE_PATH
+void free_failed(Span* s, void* p) {
+  check_live("free", s, object_index("free", s, p), p);
+  lm_invalid_pointer("free", p, "failed a check");  // not reached
+}
+
+// Reports a pointer in no span.
+LM_FAILURE_PATH
+Span* unknown_pointer(const char* fn, const void* p) {
+  lm_invalid_pointer(fn, p, g.backend.owns_address(p) ? "not allocated (double free?)"
+                                                     : "not allocated by lazymalloc");
+}
+
+// lm_free's path for a pointer in no span (a tail call): free(NULL) does
+// nothing, anything else is reported.
+LM_FAILURE_PATH
+void free_unknown(const void* p) {
+  if (p) unknown_pointer("free", p);
+}
+
+}  // namespace detail
+
+using namespace detail;
+
+uintptr_t lm_free_tag(const void* p) { return free_tag(p); }
+
+void lm_invalid_pointer(const char* fn, const void* p, const char* why) {
+  char buf[256];
+  Writer w(buf, sizeof buf);
+  w.put("lazymalloc: ");
+  w.put(fn);
+  w.put("(): invalid pointer ");
+  w.put_hex(reinterpret_cast<uintptr_t>(p));
+  w.put(": ");
+  w.put(why);
+  w.put('\n');
+  pal::fatal(buf, w.finish());
+}
+
+}  // namespace lazymalloc

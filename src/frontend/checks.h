@@ -1,0 +1,135 @@
+// Misuse checks (LAZYMALLOC_CHECKS) and free tags: what a free small object
+// carries, how span free-list links are encoded, and the tests that trust
+// neither before checking it (docs/design.md, "Misuse detection").  Inline
+// here because the fast paths (lm_free, take, the walks) use them; the
+// failure paths, out of line, are in checks.cc.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/span.h"
+#include "core/bits.h"
+#include "core/config.h"
+#include "frontend/heap.h"
+#include "frontend/size_class.h"
+
+#pragma GCC visibility push(hidden)
+
+namespace lazymalloc::detail {
+
+// Free tags (checks on).  A free small object carries in its second word
+// (objects are >= 16 bytes) its tag, g_free_key ^ its own address: the free
+// fast path writes it before caching the object, every list insertion
+// (link_set) before listing it, carve tags never-used objects, and malloc
+// clears the word when it hands the object out.  So "tag present" means "free, not
+// handed out since".  The key is odd and random per process, and objects
+// are 16-byte aligned, so live data matches by chance with probability
+// 2^-64 per free; being address-bound, a tag copied elsewhere (memmove of
+// stale bytes) is no tag.  free() tests the tag without reading the first
+// word, which the program has often just written in a narrower store.
+extern uintptr_t g_free_key;
+extern uint64_t g_link_key;  // free-list links are xor'ed with it and their address (0: plain)
+
+// Where p falls in small span s (size_class.h).
+LM_INLINE ObjectPos block_pos(const Span* s, const void* p) {
+  return object_pos(reinterpret_cast<uintptr_t>(p) - reinterpret_cast<uintptr_t>(s->start), s->div_magic);
+}
+
+// The index of the object p points to in small span s; aborts, naming
+// `fn`, if p is not an object's first byte.
+inline size_t object_index(const char* fn, const Span* s, const void* p) {
+  ObjectPos pos = block_pos(s, p);
+  if (!pos.start) lm_invalid_pointer(fn, p, "points inside an object");
+  return size_t(pos.index);
+}
+
+inline uintptr_t& tag_word(void* p) { return static_cast<uintptr_t*>(p)[1]; }
+inline uintptr_t free_tag(const void* p) { return g_free_key ^ reinterpret_cast<uintptr_t>(p); }
+inline bool has_free_tag(void* p) { return tag_word(p) == free_tag(p); }
+// Tags p; the fence keeps the tag ahead of the store that lists p (fork:
+// see take).
+inline void set_free_tag(void* p) {
+  if constexpr (kChecks) tag_word(p) = free_tag(p);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+}
+
+// Span free-list links (bins hold no links).  With checks, or in secure
+// mode, a link is stored xor'ed with g_link_key and its own address (with
+// checks and not secure, the key is g_free_key, so the mask equals the tag;
+// secure mode has a key of its own).  A link overwritten after the free
+// then decodes to garbage, which the pops and walks reject (in_span and the
+// tag) instead of following it.  link_set tags too.
+inline uintptr_t link_mask(const void* b) {
+  return g_link_key ? g_link_key ^ reinterpret_cast<uintptr_t>(b) : 0;
+}
+inline Block* link_get(const Block* b) {
+  return reinterpret_cast<Block*>(reinterpret_cast<uintptr_t>(b->next) ^ link_mask(b));
+}
+inline void link_set(Block* b, Block* next) {
+  b->next = reinterpret_cast<Block*>(reinterpret_cast<uintptr_t>(next) ^ link_mask(b));
+  set_free_tag(b);
+}
+
+// True if `b` (any value: maybe a corrupted link) lies inside span s, so
+// that it may be read.
+inline bool in_span(const Span* s, const void* b) {
+  return reinterpret_cast<uintptr_t>(b) - reinterpret_cast<uintptr_t>(s->start) < s->bytes;
+}
+
+// Reports a corrupted span free list at `b` and aborts (checks.cc).
+[[noreturn]] LM_NOINLINE void corrupt_list(const void* b);
+
+// The link of list entry `b` of span s, for the slow paths that walk a
+// list: with checks, `b` must lie in the span and carry its tag, and a walk
+// longer than the span's capacity (a corrupted list that loops) aborts.
+inline Block* walk_link(const Span* s, Block* b, uint32_t& steps) {
+  if constexpr (kChecks) {
+    if (LM_UNLIKELY(!in_span(s, b) || !has_free_tag(b) || ++steps > s->capacity)) corrupt_list(b);
+  }
+  return link_get(b);
+}
+
+// The failure path of the pops below, a tail call (LM_FAILURE_PATH).
+LM_FAILURE_PATH Block* take_failed(const Block* b);
+
+// Pops `b`, the head of span s's allocation list (slow paths: refills and
+// secure mode).  With checks, `b` must lie in the span and carry its tag.
+// The unlink comes before the tag is cleared, so an owner stopped in
+// between by fork() leaks the object in the child rather than leaving it
+// listed untagged.
+LM_INLINE Block* take(Span* s, Block* b) {
+  if constexpr (kChecks) {
+    if (LM_UNLIKELY(!in_span(s, b))) return take_failed(b);
+    if (LM_UNLIKELY(!has_free_tag(b))) return take_failed(b);
+    s->free = link_get(b);
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    tag_word(b) = 0;
+  } else {
+    s->free = link_get(b);
+  }
+  s->used++;
+  return b;
+}
+
+// Aborts unless object i, at p, of small span s may be freed (or
+// reallocated): it must have been carved and must not carry its tag.
+inline void check_live(const char* fn, const Span* s, size_t i, void* p) {
+  if constexpr (kChecks) {
+    if (i >= __atomic_load_n(&s->reserved, __ATOMIC_RELAXED)) {
+      lm_invalid_pointer(fn, p, "not allocated (never handed out)");
+    }
+    if (LM_UNLIKELY(has_free_tag(p))) lm_invalid_pointer(fn, p, "double free (already freed)");
+  }
+}
+
+// The failure paths of lm_free and lm_realloc (checks.cc): tail calls that
+// say what was wrong and abort.
+LM_FAILURE_PATH void free_failed(Span* s, void* p);
+LM_FAILURE_PATH Span* unknown_pointer(const char* fn, const void* p);
+LM_FAILURE_PATH void free_unknown(const void* p);
+
+}  // namespace lazymalloc::detail
+
+#pragma GCC visibility pop

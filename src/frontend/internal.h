@@ -1,0 +1,110 @@
+// The frontend's shared internals: the composition root (Global: the one
+// backend, purger, releaser and discardable engine of the process, and the
+// heaps), the thread's heap, and what each frontend file offers the others.
+// Hidden from the library's users (visibility push below: a hidden
+// declaration lets the compiler address these globals directly).
+//
+// Where things live (docs/design.md, "Frontend"):
+//   heap.h        Heap, the bins' geometry, the lm_* API
+//   checks.{h,cc} free tags, link encoding, misuse checks, failure paths
+//   bins.{h,cc}   thread caches and the class table of the fast path
+//   spans.cc      span queues, remote frees, refills, returns to spans
+//   large.cc      large and huge blocks, giving spans back
+//   quarantine.cc secure mode's quarantine
+//   runtime.cc    this file's globals, init, fork, thread exit, heap pool,
+//                 statistics, limits, discardable API
+//   malloc.cc     malloc, free, calloc, realloc, aligned, usable size
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/backend.h"
+#include "backend/meta_pool.h"
+#include "backend/span.h"
+#include "core/stats.h"
+#include "frontend/bins.h"
+#include "frontend/checks.h"
+#include "frontend/heap.h"
+#include "pal/lock.h"
+#include "pal/pal.h"
+#include "purge/discard.h"
+#include "purge/purger.h"
+#include "purge/release.h"
+
+#pragma GCC visibility push(hidden)
+
+namespace lazymalloc::detail {
+
+// ---- the composition root (runtime.cc)
+
+extern constinit Heap g_empty_heap;  // tl_heap of a thread that has none
+
+// A heap and the slots of its thread's bins, allocated together.  The
+// record comes zero-filled and only the heap is constructed, so a slot page
+// is touched only once a class on it is used.
+struct HeapRecord {
+  Heap heap;
+  Block* bin_slots[kBinSlots];
+};
+
+struct Global {
+  Stats stats;
+  Backend backend;
+  Purger purger;
+  BackgroundPurger background;
+  Releaser releaser;
+  Discardable discard;
+  MetaPool<HeapRecord> heap_records;
+  Mutex heaps_lock;
+  Heap* all_heaps = nullptr;
+  Heap* pool = nullptr;
+  std::atomic<int> init_state{0};  // 0 none, 1 running, 2 done
+};
+extern constinit Global g;
+extern int g_stats_fd;
+extern bool g_secure;  // Opt::secure, fixed by lm_init before any span exists
+extern const Platform* g_platform;  // the Linux platform unless a test sets one
+
+extern constinit __attribute__((tls_model("initial-exec"))) thread_local Heap* tl_heap;
+extern constinit __attribute__((tls_model("initial-exec"))) thread_local bool tl_initializing;
+// heap_thread_exit ran: a free no longer gives the thread a heap.
+extern constinit __attribute__((tls_model("initial-exec"))) thread_local bool tl_exited;
+
+// Counts on heap h's statistics; a thread without a heap (h is the shared
+// empty heap) counts nothing.
+inline void heap_count(Heap* h, HeapStat stat, uint64_t n = 1) {
+  if (h != &g_empty_heap) h->stats.inc(stat, n);
+}
+
+// Large and huge blocks start `lead` bytes into their span (secure mode
+// puts them against the guard page).
+inline char* block_start(const Span* s) { return s->start + s->lead; }
+
+Heap* heap_for_thread();
+Heap* heap_on_demand(Heap* h);
+
+// ---- span queues and remote frees (spans.cc)
+
+LM_NOINLINE void* alloc_class(Heap* h, unsigned c);
+void heap_collect(Heap* h, bool release_empty);
+void return_object(Heap* h, Span* s, void* p);
+void return_objects(Heap* h, Block* const* v, uint32_t n);
+
+// ---- large and huge blocks (large.cc)
+
+void* alloc_large(size_t size, size_t align, bool* zero, bool growing = false);
+void release_to_backend(Span* s, bool contents_gone = false);
+LM_NOINLINE void free_generic(Span* s, void* p);
+bool move_huge(Span* s, void* q);
+bool large_resize(Span* s, size_t size);
+
+// ---- secure mode's quarantine (quarantine.cc)
+
+void quarantine_flush(Heap* h);
+void secure_free(Heap* h, Span* s, void* p);
+
+}  // namespace lazymalloc::detail
+
+#pragma GCC visibility pop

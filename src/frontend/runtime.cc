@@ -1,0 +1,311 @@
+// The frontend's runtime: the composition root's globals, process init,
+// fork handlers, thread exit and the heap pool, and the process-wide API
+// (limits, purging, statistics, discardable memory).
+#include <errno.h>
+
+#include <new>
+
+#include "core/format.h"
+#include "core/options.h"
+#include "frontend/internal.h"
+#include "pal/pal.h"
+
+namespace lazymalloc {
+
+namespace detail {
+
+constinit Heap g_empty_heap;
+constinit Global g;
+int g_stats_fd = 2;
+bool g_secure = false;
+const Platform* g_platform = nullptr;
+
+constinit __attribute__((tls_model("initial-exec"))) thread_local Heap* tl_heap = &g_empty_heap;
+constinit __attribute__((tls_model("initial-exec"))) thread_local bool tl_initializing = false;
+constinit __attribute__((tls_model("initial-exec"))) thread_local bool tl_exited = false;
+
+namespace {
+
+void report_stderr(const char* msg, size_t len) { pal::write_fd(2, msg, len); }
+
+void heap_thread_exit(void* arg) {
+  Heap* h = static_cast<Heap*>(arg);
+  if (!h || h != tl_heap) return;
+  tl_exited = true;
+  bins_return_all(h, true);
+  quarantine_flush(h);
+  heap_collect(h, true);
+  tl_heap = &g_empty_heap;
+  LockGuard guard(g.heaps_lock);
+  h->owned = false;
+  h->next_pool = g.pool;
+  g.pool = h;
+  g.stats.add(Stat::heaps_pooled, 1);
+  g.stats.add(Stat::thread_exits, 1);
+}
+
+void fork_prepare() {
+  g.purger.fork_prepare();
+  g.discard.fork_prepare();
+  g.heaps_lock.lock();
+  g.heap_records.lock().lock();
+  g.releaser.fork_prepare();
+  g.backend.fork_prepare();
+}
+
+void fork_parent() {
+  g.backend.fork_parent();
+  g.releaser.fork_parent();
+  g.heap_records.lock().unlock();
+  g.heaps_lock.unlock();
+  g.discard.fork_parent();
+  g.purger.fork_parent();
+}
+
+void fork_child() {
+  g.backend.fork_child();
+  g.releaser.fork_child();
+  g.heap_records.lock().reset();
+  g.heaps_lock.reset();
+  g.discard.fork_child();
+  g.purger.fork_child();
+  g.background.fork_child();
+  g.stats.set(Stat::background_threads, 0);
+  // Only the forking thread lives on: every other owned heap is orphaned.
+  for (Heap* h = g.all_heaps; h; h = h->next_all) {
+    if (h->owned && h != tl_heap) {
+      h->owned = false;
+      h->next_pool = g.pool;
+      g.pool = h;
+      g.stats.add(Stat::heaps_pooled, 1);
+    }
+  }
+}
+
+}  // namespace
+
+// Gives a thread without a heap one where it needs one outside malloc (its
+// first overflowing free, so that a thread that only frees caches its frees
+// and returns them to their spans in runs; discardable locks); not while
+// the thread sets up or after it exited.
+Heap* heap_on_demand(Heap* h) {
+  if (LM_LIKELY(h != &g_empty_heap) || tl_initializing || tl_exited) return h;
+  tl_initializing = true;
+  Heap* got = heap_for_thread();
+  tl_initializing = false;
+  return got ? got : h;
+}
+
+Heap* heap_for_thread() {
+  lm_init();
+  Heap* h = nullptr;
+  {
+    LockGuard guard(g.heaps_lock);
+    if (g.pool) {
+      h = g.pool;
+      g.pool = h->next_pool;
+      h->next_pool = nullptr;
+      g.stats.sub(Stat::heaps_pooled, 1);
+      g.stats.add(Stat::heap_adoptions, 1);
+    } else {
+      HeapRecord* r = g.heap_records.alloc(*g.backend.platform(), &g.stats);
+      if (!r) return nullptr;
+      h = new (&r->heap) Heap();
+      h->bin_slots = r->bin_slots;
+      if (g_secure) h->rng = pal::random_seed() | 1;
+      h->next_all = g.all_heaps;
+      g.all_heaps = h;
+      g.stats.add(Stat::heaps, 1);
+    }
+    h->owned = true;
+  }
+  tl_heap = h;
+  if (!g_secure) bins_enable(h);
+  pal::set_thread_value(h);
+  return h;
+}
+
+}  // namespace detail
+
+using namespace detail;
+
+int lm_stats_fd() { return g_stats_fd; }
+
+const char* lm_check_invariants() { return g.backend.check_invariants(); }
+
+void lm_set_platform(const Platform* platform) {
+  g_platform = platform;
+  if (g.init_state.load(std::memory_order_acquire) != 2) return;
+  g.backend.init(platform, &g.stats, size_t(option(Opt::arena_reserve)), option(Opt::hugepages) != 0);
+  g.purger.init(&g.backend, platform, &g.stats);
+  g.releaser.init(&g.backend, &g.purger, platform, &g.stats, unsigned(pal::cpu_count()));
+}
+
+void lm_init() {
+  if (LM_LIKELY(g.init_state.load(std::memory_order_acquire) == 2)) return;
+  int expected = 0;
+  if (!g.init_state.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
+    while (g.init_state.load(std::memory_order_acquire) != 2) __builtin_ia32_pause();
+    return;
+  }
+  options_load(pal::environment(), report_stderr);
+  if (!g_platform) g_platform = &pal::linux_platform();
+  g_secure = option(Opt::secure) != 0;
+  if (kChecks || g_secure) g_free_key = pal::random_seed() | 1;
+  // Links: a key of their own in secure mode; with checks the tag's key.
+  g_link_key = g_secure ? pal::random_seed() | 1 : kChecks ? g_free_key : 0;
+  g.backend.init(g_platform, &g.stats, size_t(option(Opt::arena_reserve)), option(Opt::hugepages) != 0);
+  g.purger.init(&g.backend, g_platform, &g.stats);
+  g.releaser.init(&g.backend, &g.purger, g_platform, &g.stats, unsigned(pal::cpu_count()));
+  g.discard.init(&g.backend, g_platform, &g.stats);
+  g.purger.attach(&g.discard);
+  g.backend.set_hard_limit(uint64_t(option(Opt::memory_limit_hard)));
+  pal::register_thread_exit(heap_thread_exit);
+  // Statistics at exit go to a copy of stderr taken now: programs such as
+  // coreutils close fd 2 in their own exit handlers.
+  if (option(Opt::stats)) g_stats_fd = pal::dup_fd(2);
+  g.init_state.store(2, std::memory_order_release);
+  // May allocate: only now that malloc works.
+  pal::register_fork(fork_prepare, fork_parent, fork_child);
+}
+
+void lm_thread_collect() {
+  Heap* h = tl_heap;
+  bins_return_all(h, false);
+  if (h == &g_empty_heap) return;
+  quarantine_flush(h);
+  heap_collect(h, true);
+}
+
+size_t lm_purge(bool now) {
+  lm_init();
+  lm_thread_collect();
+  g.releaser.help(true);
+  return g.purger.purge_all(now);
+}
+
+int lm_trim() { return lm_purge(true) > 0 ? 1 : 0; }
+
+size_t lm_pressure_notify() {
+  lm_init();
+  lm_thread_collect();
+  g.stats.add(Stat::pressure_events_api, 1);
+  return g.purger.relieve(~uint64_t(0));
+}
+
+void lm_limits(uint64_t* soft, uint64_t* hard) {
+  lm_init();
+  *soft = uint64_t(option(Opt::memory_limit));
+  *hard = g.backend.hard_limit();
+}
+
+bool lm_set_limits(uint64_t soft, uint64_t hard) {
+  lm_init();
+  if (!option_set(unsigned(Opt::memory_limit), int64_t(soft)) ||
+      !option_set(unsigned(Opt::memory_limit_hard), int64_t(hard))) {
+    return false;
+  }
+  g.backend.set_hard_limit(hard);
+  uint64_t held = g.purger.footprint();
+  if (soft && held > soft) g.purger.relieve(held - soft);
+  return true;
+}
+
+void lm_memory_state(uint64_t out[5]) {
+  lm_init();
+  MemoryState m = g.backend.memory_state();
+  out[0] = m.reserved;
+  out[1] = m.active;
+  out[2] = m.retained;
+  out[3] = m.lazy;
+  out[4] = m.clean;
+}
+
+namespace {
+void snapshot(uint64_t* global, uint64_t* heap) {
+  g.discard.refresh_stats();
+  for (unsigned i = 0; i < kStatCount; ++i) global[i] = g.stats.v[i].load(std::memory_order_relaxed);
+  for (unsigned i = 0; i < kHeapStatCount; ++i) heap[i] = 0;
+  LockGuard guard(g.heaps_lock);
+  for (Heap* h = g.all_heaps; h; h = h->next_all) {
+    for (unsigned i = 0; i < kHeapStatCount; ++i) heap[i] += h->stats.v[i].load(std::memory_order_relaxed);
+  }
+}
+}  // namespace
+
+size_t lm_stats_write(char* buf, size_t len, bool json) {
+  lm_init();
+  uint64_t global[kStatCount], heap[kHeapStatCount];
+  snapshot(global, heap);
+  Writer w(buf, len);
+  stats_write(w, global, heap, json);
+  return w.finish();
+}
+
+void lm_stats_print(bool json, int fd) {
+  char buf[16384];
+  size_t n = lm_stats_write(buf, sizeof buf, json);
+  pal::write_fd(fd, buf, n < sizeof buf ? n : sizeof buf - 1);
+}
+
+int lm_stat_get(const char* name, uint64_t* value) {
+  bool heap_stat;
+  unsigned index;
+  if (!name || !value || !stat_find(name, &heap_stat, &index)) {
+    pal::set_errno(ENOENT);
+    return -1;
+  }
+  lm_init();
+  uint64_t global[kStatCount], heap[kHeapStatCount];
+  snapshot(global, heap);
+  *value = heap_stat ? heap[index] : global[index];
+  return 0;
+}
+
+// ------------------------------------------------------------ discardable memory
+
+void* lm_discardable_alloc(size_t size) {
+  lm_init();
+  void* p = g.discard.alloc(size);
+  if (!p) {
+    pal::set_errno(ENOMEM);
+    return nullptr;
+  }
+  // The discardable_limit and pressure are watched from the background thread.
+  g.background.ensure_started(&g.purger, g.backend.platform(), &g.stats);
+  return p;
+}
+
+bool lm_discardable_free(void* p) {
+  uint64_t released;
+  if (!g.discard.free(p, &released)) return false;
+  if (released) {
+    g.purger.after_release(released, g.background.ensure_started(&g.purger, g.backend.platform(), &g.stats));
+  }
+  return true;
+}
+
+int lm_discardable_lock(void* p) {
+  LockResult r = g.discard.lock(p);
+  if (LM_LIKELY(r == LockResult::kIntact || r == LockResult::kDiscarded)) {
+    // Counted per heap (no atomic read-modify-write on a shared line).
+    Heap* h = heap_on_demand(tl_heap);
+    if (LM_LIKELY(h != &g_empty_heap)) {
+      h->stats.inc(r == LockResult::kIntact ? HeapStat::discardable_lock_hits : HeapStat::discardable_lock_misses);
+    }
+    return int(r);
+  }
+  pal::set_errno(r == LockResult::kOverflow ? EOVERFLOW : EINVAL);
+  return -1;
+}
+
+bool lm_discardable_unlock(void* p) { return g.discard.unlock(p); }
+
+size_t lm_discardable_size(const void* p) { return g.discard.size(p); }
+
+size_t lm_discardable_purge() {
+  lm_init();
+  return g.discard.discard(~uint64_t(0), size_t(option(Opt::purge_batch)));
+}
+
+}  // namespace lazymalloc

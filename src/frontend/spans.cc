@@ -1,0 +1,348 @@
+// Heaps, span queues and remote frees: each heap's queue of spans per size
+// class, the full list and the delayed list, the xfree protocol between a
+// span's owner and other threads (backend/span.h has the state bits), the
+// refill of a bin from its spans, and the return of free objects to their
+// spans (docs/design.md, "Frontend").
+#include <atomic>
+
+#include "frontend/internal.h"
+
+namespace lazymalloc::detail {
+
+namespace {
+
+void queue_push_front(SpanQueue& q, Span* s) {
+  s->prev = nullptr;
+  s->next = q.head;
+  if (q.head) q.head->prev = s; else q.tail = s;
+  q.head = s;
+}
+
+void queue_remove(SpanQueue& q, Span* s) {
+  if (s->prev) s->prev->next = s->next; else q.head = s->next;
+  if (s->next) s->next->prev = s->prev; else q.tail = s->prev;
+  s->next = s->prev = nullptr;
+}
+
+void full_push(Heap* h, Span* s) {
+  s->prev = nullptr;
+  s->next = h->full;
+  if (h->full) h->full->prev = s;
+  h->full = s;
+  s->in_full = 1;
+}
+
+void full_remove(Heap* h, Span* s) {
+  if (s->prev) s->prev->next = s->next; else h->full = s->next;
+  if (s->next) s->next->prev = s->prev;
+  s->next = s->prev = nullptr;
+  s->in_full = 0;
+}
+
+// Moves class c's head reference to its current span.  The current span of
+// a class, if it is one unit, counts one phantom object in `used`, so that
+// a bin flush that returns its last object does not look like the span
+// emptying (a bin oscillating at its bound would otherwise hand its span
+// back and forth): an empty span goes back to the backend only once it is
+// no longer current.  A multi-unit span holds no reference and goes back
+// as soon as it empties, so a quiet thread holds at most 64 KiB per class
+// in empty spans.
+void move_head_ref(Heap* h, unsigned c, Span* to) {
+  Span* from = h->head_ref[c];
+  if (from == to) return;
+  if (from) from->used--;
+  if (to) to->used++;
+  h->head_ref[c] = to;
+}
+
+// After class c's queue changed: moves the head reference.
+void queue_changed(Heap* h, unsigned c) {
+  Span* head = h->queue[c].head;
+  move_head_ref(h, c, head && head->bytes <= kUnitSize ? head : nullptr);
+}
+
+// Sets the xfree state bits from `from` to `to`, keeping the list.
+bool xfree_transition(Span* s, uintptr_t from, uintptr_t to) {
+  uintptr_t old = s->xfree.load(std::memory_order_relaxed);
+  for (;;) {
+    if ((old & kXfreeMask) != from) return false;
+    if (s->xfree.compare_exchange_weak(old, (old & ~kXfreeMask) | to, std::memory_order_acq_rel,
+                                       std::memory_order_relaxed)) {
+      return true;
+    }
+  }
+}
+
+// Moves remote frees into the allocation list.  Owner only.
+void collect_remote(Span* s) {
+  uintptr_t old = s->xfree.load(std::memory_order_relaxed);
+  if (!(old & ~kXfreeMask)) return;
+  while (!s->xfree.compare_exchange_weak(old, old & kXfreeMask, std::memory_order_acquire,
+                                         std::memory_order_relaxed)) {
+  }
+  Block* list = reinterpret_cast<Block*>(old & ~kXfreeMask);
+  s->used -= s->xfree_count.exchange(0, std::memory_order_acquire);
+  if (s->free) {
+    // Entries are validated as they are walked (and again when popped).
+    uint32_t steps = 0;
+    Block* last = list;
+    while (Block* next = walk_link(s, last, steps)) last = next;
+    link_set(last, s->free);
+  }
+  s->free = list;
+}
+
+// Carves never-used objects from the span's tail, a few pages at a time so
+// memory is touched only as it is needed.
+void carve(Span* s) {
+  uint32_t left = s->capacity - s->reserved;
+  uint32_t n = uint32_t(16384 / s->obj_size);
+  if (n < 1) n = 1;
+  if (n > left) n = left;
+  char* p = s->start + size_t(s->reserved) * s->obj_size;
+  auto obj = [&](uint32_t i) { return reinterpret_cast<Block*>(p + size_t(i) * s->obj_size); };
+  // link_set tags each object before the batch is listed (fork: see take).
+  if (g_secure) {
+    // Secure mode: the batch is linked in a random order (Fisher-Yates).
+    uint16_t order[16384 / 16];
+    Heap* h = s->heap;
+    for (uint32_t i = 0; i < n; ++i) order[i] = uint16_t(i);
+    for (uint32_t i = n; i > 1; --i) {
+      h->rng ^= h->rng << 13;
+      h->rng ^= h->rng >> 7;
+      h->rng ^= h->rng << 17;
+      uint32_t j = uint32_t(h->rng % i);
+      uint16_t t = order[i - 1];
+      order[i - 1] = order[j];
+      order[j] = t;
+    }
+    for (uint32_t i = 0; i + 1 < n; ++i) link_set(obj(order[i]), obj(order[i + 1]));
+    link_set(obj(order[n - 1]), s->free);
+    s->free = obj(order[0]);
+  } else {
+    for (uint32_t i = 0; i + 1 < n; ++i) link_set(obj(i), obj(i + 1));
+    link_set(obj(n - 1), s->free);
+    s->free = obj(0);
+  }
+  // Atomic: remote frees read it (check_live).
+  __atomic_store_n(&s->reserved, s->reserved + n, __ATOMIC_RELAXED);
+}
+
+// Refills the allocation list from every source.  Owner only.
+void span_collect(Span* s) {
+  if (!s->free && s->local_free) {
+    s->free = s->local_free;
+    s->local_free = nullptr;
+  }
+  if (!s->free) collect_remote(s);
+  if (!s->free && s->reserved < s->capacity) carve(s);
+}
+
+void span_release(Heap* h, Span* s) {
+  h->stats.inc(HeapStat::spans_released);
+  g.stats.sub(Stat::small_spans, 1);
+  s->heap = nullptr;
+  release_to_backend(s);
+}
+
+// Revives the spans other threads freed into while they were full.
+void process_delayed(Heap* h) {
+  Span* s = h->delayed.exchange(nullptr, std::memory_order_acquire);
+  while (s) {
+    Span* next = s->next_delayed;
+    s->next_delayed = nullptr;
+    xfree_transition(s, kXfreeNotified, kXfreeNormal);
+    if (s->in_full) {
+      full_remove(h, s);
+      queue_push_front(h->queue[s->cls], s);
+      queue_changed(h, s->cls);
+      h->stats.inc(HeapStat::delayed_spans);
+    }
+    s = next;
+  }
+}
+
+Span* span_new(Heap* h, unsigned c) {
+  Span* s = g.backend.alloc_units_span(kClasses.units[c]);
+  if (!s) return nullptr;
+  g.stats.add(Stat::small_spans, 1);
+  s->kind = SpanKind::kSmall;
+  s->cls = uint8_t(c);
+  s->obj_size = uint32_t(class_size(c));
+  s->div_magic = kClasses.magic[c];
+  s->capacity = uint32_t(s->bytes / s->obj_size);
+  s->reserved = 0;
+  s->used = 0;
+  s->free = s->local_free = nullptr;
+  s->xfree.store(0, std::memory_order_relaxed);
+  s->xfree_count.store(0, std::memory_order_relaxed);
+  s->heap = h;
+  h->stats.inc(HeapStat::spans_acquired);
+  return s;
+}
+
+// After an owner's free was pushed on local_free: a span that was full goes
+// back in its queue; an empty one goes back to the backend (the current
+// span never looks empty: see move_head_ref).
+void local_free_attention(Heap* h, Span* s) {
+  if (s->in_full) {
+    if (!xfree_transition(s, kXfreeNotify, kXfreeNormal)) {
+      // Notified: it is on the delayed list; process_delayed skips it
+      // once it is back in the queue.
+    }
+    full_remove(h, s);
+    queue_push_front(h->queue[s->cls], s);
+    queue_changed(h, s->cls);
+  }
+  if (s->used == 0) {
+    uintptr_t x = s->xfree.load(std::memory_order_acquire);
+    if ((x & kXfreeMask) == kXfreeNormal) {
+      queue_remove(h->queue[s->cls], s);
+      queue_changed(h, s->cls);
+      span_release(h, s);
+    }
+  }
+}
+
+// Remote free of a run of objects of span s, first..last (n objects, linked):
+// one CAS onto the span's xfree list.  Acquire too: the free that finds
+// NOTIFY writes `next_delayed`, which the owner (parking the span with
+// acq_rel after it last read that field in process_delayed) must be ordered
+// before.
+void remote_push(Heap* h, Span* s, Block* first, Block* last, uint32_t n) {
+  uintptr_t old = s->xfree.load(std::memory_order_relaxed);
+  uintptr_t state;
+  do {
+    state = old & kXfreeMask;
+    link_set(last, reinterpret_cast<Block*>(old & ~kXfreeMask));
+  } while (!s->xfree.compare_exchange_weak(
+      old, reinterpret_cast<uintptr_t>(first) | (state == kXfreeNotify ? kXfreeNotified : state),
+      std::memory_order_acq_rel, std::memory_order_relaxed));
+  s->xfree_count.fetch_add(n, std::memory_order_release);
+  if (state == kXfreeNotify) {
+    Heap* owner = s->heap;
+    Span* head = owner->delayed.load(std::memory_order_relaxed);
+    do {
+      s->next_delayed = head;
+    } while (!owner->delayed.compare_exchange_weak(head, s, std::memory_order_release,
+                                                   std::memory_order_relaxed));
+  }
+  heap_count(h, HeapStat::remote_frees, n);
+}
+
+// Returns a run of free objects of span s, first..last (n objects, linked,
+// tagged) to their span: the local list if heap h owns it, else the remote
+// one.
+void return_run(Heap* h, Span* s, Block* first, Block* last, uint32_t n) {
+  if (s->heap == h) {
+    link_set(last, s->local_free);
+    s->local_free = first;
+    s->used -= n;
+    if (s->used == 0 || s->in_full) local_free_attention(h, s);
+  } else {
+    remote_push(h, s, first, last, n);
+  }
+}
+
+}  // namespace
+
+// The slow path of small allocation: pops from the thread's bin (aligned
+// requests come here first), else finds or makes a span with a free
+// object, takes one and refills the bin from the rest.
+LM_NOINLINE void* alloc_class(Heap* h, unsigned c) {
+  Bin& bin = tl_bins[c];
+  Block** fbase = tl_bin_fbase[c];
+  if (bin.top == bin.base && bin.ftop != fbase) {
+    // The free stack becomes the allocation stack and the other way round.
+    Block** empty = bin.base;
+    bin.base = fbase;
+    bin.top = bin.ftop;
+    tl_bin_fbase[c] = bin.ftop = empty;
+    bin.flimit = empty + kClasses.bin_cap[c];
+  }
+  if (bin.top != bin.base) return bin_pop(bin);
+  if (g_secure) {
+    // Secure mode's fast path (its bins are always empty).
+    Span* head = h->queue[c].head;
+    if (head && head->free) return take(head, head->free);
+  }
+  h->stats.inc(HeapStat::span_refills);
+  if (h->delayed.load(std::memory_order_relaxed)) process_delayed(h);
+  SpanQueue& q = h->queue[c];
+  Span* s = q.head;
+  while (s) {
+    span_collect(s);
+    if (s->free) break;
+    Span* next = s->next;
+    // Nothing left: park it on the full list, asking remote frees to notify.
+    // Only with no remote free pending (xfree exactly empty and normal);
+    // otherwise the next pass collects them.
+    uintptr_t expected = kXfreeNormal;
+    if (s->xfree.compare_exchange_strong(expected, kXfreeNotify, std::memory_order_acq_rel,
+                                         std::memory_order_relaxed)) {
+      queue_remove(q, s);
+      full_push(h, s);
+    }
+    s = next;
+  }
+  if (s) {
+    if (q.head != s) {
+      queue_remove(q, s);
+      queue_push_front(q, s);
+    }
+  } else {
+    s = span_new(h, c);
+    if (!s) {
+      queue_changed(h, c);
+      return nullptr;
+    }
+    span_collect(s);
+    queue_push_front(q, s);
+  }
+  queue_changed(h, c);
+  Block* b = take(s, s->free);
+  bin_refill(bin, c, s);
+  bin_event(h);
+  return b;
+}
+
+void heap_collect(Heap* h, bool release_empty) {
+  process_delayed(h);
+  for (unsigned c = 0; c < kSmallClasses; ++c) {
+    SpanQueue& q = h->queue[c];
+    move_head_ref(h, c, nullptr);  // queue_changed gives it back
+    for (Span* s = q.head; s;) {
+      Span* next = s->next;
+      collect_remote(s);
+      if (release_empty && s->used == 0) {
+        queue_remove(q, s);
+        span_release(h, s);
+      }
+      s = next;
+    }
+    queue_changed(h, c);
+  }
+}
+
+// Returns one free object (tagged) of span s to it.
+void return_object(Heap* h, Span* s, void* p) {
+  Block* b = static_cast<Block*>(p);
+  return_run(h, s, b, b, 1);
+}
+
+// Returns free objects v[0..n) (cached: tagged, not linked) to their
+// spans, one run of consecutive entries of the same span at a time.
+void return_objects(Heap* h, Block* const* v, uint32_t n) {
+  for (uint32_t i = 0; i < n;) {
+    Span* s = g.backend.span_of(v[i]);
+    uint32_t j = i + 1;
+    while (j < n && in_span(s, v[j])) {
+      link_set(v[j - 1], v[j]);
+      ++j;
+    }
+    return_run(h, s, v[i], v[j - 1], j - i);
+    i = j;
+  }
+}
+
+}  // namespace lazymalloc::detail
