@@ -92,6 +92,9 @@ class Writer;
   X(heaps_pooled, gauge, "heaps of exited threads waiting to be adopted")                        \
   X(heap_adoptions, counter, "new threads that adopted a pooled heap")                           \
   X(thread_exits, counter, "threads whose heap went back to the pool")                           \
+  X(idle_heap_collections, counter, "heaps collected by the background thread after their thread " \
+    "made no refill or flush for decay_ms (or exited): remote frees and empty spans returned")    \
+  X(idle_spans_released, counter, "empty small spans those collections gave back to the backend") \
   X(discardable_blocks, gauge, "live discardable blocks (lazymalloc_discardable_alloc)")          \
   X(discardable_bytes, gauge, "bytes of live discardable blocks (page-rounded), in any state")    \
   X(discardable_locked_bytes, gauge, "bytes of locked discardable blocks (computed when the "     \

@@ -28,6 +28,7 @@
 #include "backend/span.h"
 #include "core/stats.h"
 #include "frontend/size_class.h"
+#include "pal/lock.h"
 
 namespace lazymalloc {
 
@@ -61,7 +62,26 @@ constexpr size_t bin_slot_offset(unsigned c) {
 }
 inline constexpr size_t kBinSlots = bin_slot_offset(kSmallClasses);
 
+// Locking: a heap's spans (queues, the full list, each span's lists and
+// `used`) belong to whoever holds `lock`: its thread in the slow paths
+// (refills, cache flushes, collection), or the background thread
+// collecting a heap whose thread went quiet (lm_collect_idle_heaps).  The
+// fast paths touch only the thread's bins, never the lock.  Empty spans
+// found under the lock go on `to_release` and back to the backend after
+// it is dropped (HeapGuard, frontend/internal.h): the backend may start a
+// thread, which may allocate.
 struct Heap {
+  Mutex lock;
+  Span* to_release = nullptr;       // REQUIRES lock: empty spans, linked by `next`
+  // Slow-path events (refills and flushes) under the lock; the background
+  // thread compares them across its passes to see that the heap is idle.
+  uint64_t slow_events = 0;
+  uint64_t idle_seen_events = 0;    // background thread only
+  uint64_t idle_seen_ns = 0;        // background thread only: when slow_events last changed
+  bool idle_collected = false;      // background thread only: collected in this idle episode
+  // Another thread returned objects to one of this heap's spans since the
+  // last collection (remote_push): an idle heap is collected again.
+  std::atomic<bool> remote_pending{false};
   SpanQueue queue[kSmallClasses] = {};
   Span* head_ref[kSmallClasses] = {};  // holds a phantom object (queue_changed)
   Span* full = nullptr;             // spans with no free object (doubly linked)
@@ -96,6 +116,10 @@ size_t lm_pressure_notify();  // as if the system reported memory pressure
 void lm_limits(uint64_t* soft, uint64_t* hard);
 bool lm_set_limits(uint64_t soft, uint64_t hard);  // false if out of range
 void lm_thread_collect();
+// Background thread (and tests): returns the remote frees and empty spans
+// of heaps whose thread has made no refill or flush for `idle_ns`, or has
+// exited, to the backend.  Returns the spans released.
+size_t lm_collect_idle_heaps(uint64_t now_ns, uint64_t idle_ns);
 void lm_memory_state(uint64_t out[5]);
 size_t lm_stats_write(char* buf, size_t len, bool json);
 void lm_stats_print(bool json, int fd = 2);

@@ -85,10 +85,39 @@ inline char* block_start(const Span* s) { return s->start + s->lead; }
 Heap* heap_for_thread();
 Heap* heap_on_demand(Heap* h);
 
+// Makes sure the background thread runs (started on the first need: a
+// release to the backend, a remote free into another heap, a discardable
+// block); true if it does.  No lock held: starting a thread may allocate.
+inline bool background_ensure() {
+  return g.background.ensure_started(&g.purger, g.backend.platform(), &g.stats);
+}
+
 // ---- span queues and remote frees (spans.cc)
 
+// Holds heap h's lock (heap.h, "Locking") for a scope; on leaving, gives
+// the spans found empty meanwhile back to the backend, with no lock held.
+// The shared empty heap owns no span: nothing to lock.
+class HeapGuard {
+ public:
+  // The heap's thread: counts a slow-path event (Heap::slow_events).
+  explicit HeapGuard(Heap* h) : h_(h != &g_empty_heap ? h : nullptr) {
+    if (!h_) return;
+    h_->lock.lock();
+    __atomic_store_n(&h_->slow_events, h_->slow_events + 1, __ATOMIC_RELAXED);
+  }
+  // For a collector that already took the lock (try_lock): no event.
+  HeapGuard(Heap* h, bool locked) : h_(locked ? h : nullptr) {}
+  ~HeapGuard();
+  HeapGuard(const HeapGuard&) = delete;
+  HeapGuard& operator=(const HeapGuard&) = delete;
+
+ private:
+  Heap* h_;
+};
+
 LM_NOINLINE void* alloc_class(Heap* h, unsigned c);
-void heap_collect(Heap* h, bool release_empty);
+// REQUIRES h->lock (HeapGuard): every remote free and empty span of h.
+void heap_collect(Heap* h);
 void return_object(Heap* h, Span* s, void* p);
 void return_objects(Heap* h, Block* const* v, uint32_t n);
 

@@ -68,7 +68,7 @@ void release_to_backend(Span* s, bool contents_gone) {
   } else {
     now = g.backend.release(s, contents_gone);
   }
-  g.purger.after_release(now, g.background.ensure_started(&g.purger, g.backend.platform(), &g.stats));
+  g.purger.after_release(now, background_ensure());
 }
 
 // free() of a large or huge block.

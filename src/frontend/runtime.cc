@@ -34,7 +34,10 @@ void heap_thread_exit(void* arg) {
   tl_exited = true;
   bins_return_all(h, true);
   quarantine_flush(h);
-  heap_collect(h, true);
+  {
+    HeapGuard guard(h);
+    heap_collect(h);
+  }
   tl_heap = &g_empty_heap;
   LockGuard guard(g.heaps_lock);
   h->owned = false;
@@ -48,6 +51,9 @@ void fork_prepare() {
   g.purger.fork_prepare();
   g.discard.fork_prepare();
   g.heaps_lock.lock();
+  // No heap's spans are half-changed at the fork: every lock is taken, so
+  // neither its thread nor the background collector is inside.
+  for (Heap* h = g.all_heaps; h; h = h->next_all) h->lock.lock();
   g.heap_records.lock().lock();
   g.releaser.fork_prepare();
   g.backend.fork_prepare();
@@ -57,6 +63,7 @@ void fork_parent() {
   g.backend.fork_parent();
   g.releaser.fork_parent();
   g.heap_records.lock().unlock();
+  for (Heap* h = g.all_heaps; h; h = h->next_all) h->lock.unlock();
   g.heaps_lock.unlock();
   g.discard.fork_parent();
   g.purger.fork_parent();
@@ -66,6 +73,7 @@ void fork_child() {
   g.backend.fork_child();
   g.releaser.fork_child();
   g.heap_records.lock().reset();
+  for (Heap* h = g.all_heaps; h; h = h->next_all) h->lock.reset();
   g.heaps_lock.reset();
   g.discard.fork_child();
   g.purger.fork_child();
@@ -159,6 +167,7 @@ void lm_init() {
   g.releaser.init(&g.backend, &g.purger, g_platform, &g.stats, unsigned(pal::cpu_count()));
   g.discard.init(&g.backend, g_platform, &g.stats);
   g.purger.attach(&g.discard);
+  g.purger.set_heap_collector(lm_collect_idle_heaps);
   g.backend.set_hard_limit(uint64_t(option(Opt::memory_limit_hard)));
   pal::register_thread_exit(heap_thread_exit);
   // Statistics at exit go to a copy of stderr taken now: programs such as
@@ -174,7 +183,45 @@ void lm_thread_collect() {
   bins_return_all(h, false);
   if (h == &g_empty_heap) return;
   quarantine_flush(h);
-  heap_collect(h, true);
+  HeapGuard guard(h);
+  heap_collect(h);
+}
+
+size_t lm_collect_idle_heaps(uint64_t now, uint64_t idle_ns) {
+  if (g.init_state.load(std::memory_order_acquire) != 2) return 0;
+  // Heaps are never freed and new ones are pushed at the head, so the list
+  // from the head read here can be walked without the lock.
+  Heap* first;
+  {
+    LockGuard guard(g.heaps_lock);
+    first = g.all_heaps;
+  }
+  uint64_t released = 0;
+  for (Heap* h = first; h; h = h->next_all) {
+    uint64_t events = __atomic_load_n(&h->slow_events, __ATOMIC_RELAXED);
+    if (events != h->idle_seen_events || h->idle_seen_ns == 0) {
+      h->idle_seen_events = events;
+      h->idle_seen_ns = now ? now : 1;
+      h->idle_collected = false;
+      continue;
+    }
+    if (now - h->idle_seen_ns < idle_ns) continue;
+    bool pending = h->remote_pending.load(std::memory_order_relaxed);
+    if (h->idle_collected && !pending) continue;
+    // Never wait for a thread that is in its slow path: it is not idle.
+    if (!h->lock.try_lock()) continue;
+    uint64_t before = h->stats.v[unsigned(HeapStat::spans_released)].load(std::memory_order_relaxed);
+    {
+      HeapGuard guard(h, true);
+      h->remote_pending.store(false, std::memory_order_relaxed);
+      heap_collect(h);
+      released += h->stats.v[unsigned(HeapStat::spans_released)].load(std::memory_order_relaxed) - before;
+    }
+    h->idle_collected = true;
+    g.stats.add(Stat::idle_heap_collections, 1);
+  }
+  g.stats.add(Stat::idle_spans_released, released);
+  return size_t(released);
 }
 
 size_t lm_purge(bool now) {
@@ -272,7 +319,7 @@ void* lm_discardable_alloc(size_t size) {
     return nullptr;
   }
   // The discardable_limit and pressure are watched from the background thread.
-  g.background.ensure_started(&g.purger, g.backend.platform(), &g.stats);
+  background_ensure();
   return p;
 }
 
@@ -280,7 +327,7 @@ bool lm_discardable_free(void* p) {
   uint64_t released;
   if (!g.discard.free(p, &released)) return false;
   if (released) {
-    g.purger.after_release(released, g.background.ensure_started(&g.purger, g.backend.platform(), &g.stats));
+    g.purger.after_release(released, background_ensure());
   }
   return true;
 }

@@ -9,6 +9,19 @@
 
 namespace lazymalloc::detail {
 
+HeapGuard::~HeapGuard() {
+  if (!h_) return;
+  Span* s = h_->to_release;
+  h_->to_release = nullptr;
+  h_->lock.unlock();
+  while (s) {
+    Span* next = s->next;
+    s->next = nullptr;
+    release_to_backend(s);
+    s = next;
+  }
+}
+
 namespace {
 
 void queue_push_front(SpanQueue& q, Span* s) {
@@ -39,20 +52,40 @@ void full_remove(Heap* h, Span* s) {
   s->in_full = 0;
 }
 
+// Unlinks empty span s of heap h for the backend (HeapGuard gives it back
+// once the lock is dropped).  REQUIRES h->lock.
+void span_release(Heap* h, Span* s) {
+  h->stats.inc(HeapStat::spans_released);
+  g.stats.sub(Stat::small_spans, 1);
+  s->heap = nullptr;
+  s->next = h->to_release;
+  h->to_release = s;
+}
+
+// True if span s (in its class queue) may go back to the backend: no object
+// is live or cached, and no other thread is pushing to it.
+bool span_empty(const Span* s) {
+  return s->used == 0 && !s->in_full &&
+         (s->xfree.load(std::memory_order_acquire) & kXfreeMask) == kXfreeNormal;
+}
+
 // Moves class c's head reference to its current span.  The current span of
 // a class, if it is one unit, counts one phantom object in `used`, so that
 // a bin flush that returns its last object does not look like the span
 // emptying (a bin oscillating at its bound would otherwise hand its span
 // back and forth): an empty span goes back to the backend only once it is
-// no longer current.  A multi-unit span holds no reference and goes back
-// as soon as it empties, so a quiet thread holds at most 64 KiB per class
-// in empty spans.
+// no longer current, which is when the reference leaves it.  A multi-unit
+// span holds no reference and goes back as soon as it empties, so a quiet
+// thread holds at most 64 KiB per class in empty spans.
 void move_head_ref(Heap* h, unsigned c, Span* to) {
   Span* from = h->head_ref[c];
   if (from == to) return;
-  if (from) from->used--;
   if (to) to->used++;
   h->head_ref[c] = to;
+  if (from && --from->used == 0 && span_empty(from)) {
+    queue_remove(h->queue[c], from);
+    span_release(h, from);
+  }
 }
 
 // After class c's queue changed: moves the head reference.
@@ -138,13 +171,6 @@ void span_collect(Span* s) {
   if (!s->free && s->reserved < s->capacity) carve(s);
 }
 
-void span_release(Heap* h, Span* s) {
-  h->stats.inc(HeapStat::spans_released);
-  g.stats.sub(Stat::small_spans, 1);
-  s->heap = nullptr;
-  release_to_backend(s);
-}
-
 // Revives the spans other threads freed into while they were full.
 void process_delayed(Heap* h) {
   Span* s = h->delayed.exchange(nullptr, std::memory_order_acquire);
@@ -194,13 +220,10 @@ void local_free_attention(Heap* h, Span* s) {
     queue_push_front(h->queue[s->cls], s);
     queue_changed(h, s->cls);
   }
-  if (s->used == 0) {
-    uintptr_t x = s->xfree.load(std::memory_order_acquire);
-    if ((x & kXfreeMask) == kXfreeNormal) {
-      queue_remove(h->queue[s->cls], s);
-      queue_changed(h, s->cls);
-      span_release(h, s);
-    }
+  if (span_empty(s)) {
+    queue_remove(h->queue[s->cls], s);
+    queue_changed(h, s->cls);
+    span_release(h, s);
   }
 }
 
@@ -219,8 +242,11 @@ void remote_push(Heap* h, Span* s, Block* first, Block* last, uint32_t n) {
       old, reinterpret_cast<uintptr_t>(first) | (state == kXfreeNotify ? kXfreeNotified : state),
       std::memory_order_acq_rel, std::memory_order_relaxed));
   s->xfree_count.fetch_add(n, std::memory_order_release);
+  Heap* owner = s->heap;
+  if (!owner->remote_pending.load(std::memory_order_relaxed)) {
+    owner->remote_pending.store(true, std::memory_order_relaxed);
+  }
   if (state == kXfreeNotify) {
-    Heap* owner = s->heap;
     Span* head = owner->delayed.load(std::memory_order_relaxed);
     do {
       s->next_delayed = head;
@@ -232,43 +258,31 @@ void remote_push(Heap* h, Span* s, Block* first, Block* last, uint32_t n) {
 
 // Returns a run of free objects of span s, first..last (n objects, linked,
 // tagged) to their span: the local list if heap h owns it, else the remote
-// one.
-void return_run(Heap* h, Span* s, Block* first, Block* last, uint32_t n) {
+// one.  Returns true for a remote one.
+bool return_run(Heap* h, Span* s, Block* first, Block* last, uint32_t n) {
   if (s->heap == h) {
     link_set(last, s->local_free);
     s->local_free = first;
     s->used -= n;
     if (s->used == 0 || s->in_full) local_free_attention(h, s);
-  } else {
-    remote_push(h, s, first, last, n);
+    return false;
   }
+  remote_push(h, s, first, last, n);
+  return true;
 }
 
-}  // namespace
-
-// The slow path of small allocation: pops from the thread's bin (aligned
-// requests come here first), else finds or makes a span with a free
-// object, takes one and refills the bin from the rest.
-LM_NOINLINE void* alloc_class(Heap* h, unsigned c) {
-  Bin& bin = tl_bins[c];
-  Block** fbase = tl_bin_fbase[c];
-  if (bin.top == bin.base && bin.ftop != fbase) {
-    // The free stack becomes the allocation stack and the other way round.
-    Block** empty = bin.base;
-    bin.base = fbase;
-    bin.top = bin.ftop;
-    tl_bin_fbase[c] = bin.ftop = empty;
-    bin.flimit = empty + kClasses.bin_cap[c];
-  }
-  if (bin.top != bin.base) return bin_pop(bin);
+// Finds or makes a span of class c with a free object, takes one and fills
+// bin's allocation stack from the rest (not in secure mode: its bins have
+// no stacks).  nullptr when out of memory.  REQUIRES h->lock.
+Block* refill(Heap* h, unsigned c, Bin& bin) {
+  SpanQueue& q = h->queue[c];
   if (g_secure) {
     // Secure mode's fast path (its bins are always empty).
-    Span* head = h->queue[c].head;
+    Span* head = q.head;
     if (head && head->free) return take(head, head->free);
   }
   h->stats.inc(HeapStat::span_refills);
   if (h->delayed.load(std::memory_order_relaxed)) process_delayed(h);
-  SpanQueue& q = h->queue[c];
   Span* s = q.head;
   while (s) {
     span_collect(s);
@@ -302,19 +316,47 @@ LM_NOINLINE void* alloc_class(Heap* h, unsigned c) {
   queue_changed(h, c);
   Block* b = take(s, s->free);
   bin_refill(bin, c, s);
-  bin_event(h);
   return b;
 }
 
-void heap_collect(Heap* h, bool release_empty) {
+}  // namespace
+
+// The slow path of small allocation: pops from the thread's bin (aligned
+// requests come here first), else refills it from the heap's spans under
+// the heap's lock.
+LM_NOINLINE void* alloc_class(Heap* h, unsigned c) {
+  Bin& bin = tl_bins[c];
+  Block** fbase = tl_bin_fbase[c];
+  if (bin.top == bin.base && bin.ftop != fbase) {
+    // The free stack becomes the allocation stack and the other way round.
+    Block** empty = bin.base;
+    bin.base = fbase;
+    bin.top = bin.ftop;
+    tl_bin_fbase[c] = bin.ftop = empty;
+    bin.flimit = empty + kClasses.bin_cap[c];
+  }
+  if (bin.top != bin.base) return bin_pop(bin);
+  Block* b;
+  {
+    HeapGuard guard(h);
+    b = refill(h, c, bin);
+  }
+  // Not under the lock: an idle bin's flush takes it again.
+  if (b) bin_event(h);
+  return b;
+}
+
+void heap_collect(Heap* h) {
   process_delayed(h);
   for (unsigned c = 0; c < kSmallClasses; ++c) {
     SpanQueue& q = h->queue[c];
-    move_head_ref(h, c, nullptr);  // queue_changed gives it back
+    // Releases the current span if it is empty; queue_changed gives the
+    // reference back to the new head.
+    move_head_ref(h, c, nullptr);
     for (Span* s = q.head; s;) {
       Span* next = s->next;
       collect_remote(s);
-      if (release_empty && s->used == 0) {
+      if (span_empty(s)) {
         queue_remove(q, s);
         span_release(h, s);
       }
@@ -327,22 +369,33 @@ void heap_collect(Heap* h, bool release_empty) {
 // Returns one free object (tagged) of span s to it.
 void return_object(Heap* h, Span* s, void* p) {
   Block* b = static_cast<Block*>(p);
-  return_run(h, s, b, b, 1);
+  bool remote;
+  {
+    HeapGuard guard(h);
+    remote = return_run(h, s, b, b, 1);
+  }
+  // The owner may stay idle: the background thread collects its heap.
+  if (remote) background_ensure();
 }
 
 // Returns free objects v[0..n) (cached: tagged, not linked) to their
 // spans, one run of consecutive entries of the same span at a time.
 void return_objects(Heap* h, Block* const* v, uint32_t n) {
-  for (uint32_t i = 0; i < n;) {
-    Span* s = g.backend.span_of(v[i]);
-    uint32_t j = i + 1;
-    while (j < n && in_span(s, v[j])) {
-      link_set(v[j - 1], v[j]);
-      ++j;
+  bool remote = false;
+  {
+    HeapGuard guard(h);
+    for (uint32_t i = 0; i < n;) {
+      Span* s = g.backend.span_of(v[i]);
+      uint32_t j = i + 1;
+      while (j < n && in_span(s, v[j])) {
+        link_set(v[j - 1], v[j]);
+        ++j;
+      }
+      remote |= return_run(h, s, v[i], v[j - 1], j - i);
+      i = j;
     }
-    return_run(h, s, v[i], v[j - 1], j - i);
-    i = j;
   }
+  if (remote) background_ensure();
 }
 
 }  // namespace lazymalloc::detail

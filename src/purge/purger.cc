@@ -202,6 +202,7 @@ size_t Purger::relieve(uint64_t bytes) {
 }
 
 void Purger::tick(uint64_t now) {
+  if (heap_collector_) heap_collector_(now, uint64_t(option(Opt::decay_ms)) * kMs);
   uint64_t soft = uint64_t(option(Opt::memory_limit));
   PressureRequest req = pressure_.check(now, soft ? footprint() : 0, soft);
   if (req.bytes) relieve(req.bytes);

@@ -45,6 +45,12 @@ class Purger {
     discard_ = discard;
     discard->set_purger(this);
   }
+  // The frontend's collector of idle heaps (frontend/heap.h,
+  // lm_collect_idle_heaps): each tick, before decay, heaps whose thread has
+  // been quiet for decay_ms give their remote frees and empty spans back, so
+  // that decay can purge them.  The purger only schedules it.
+  using HeapCollector = size_t (*)(uint64_t now_ns, uint64_t idle_ns);
+  void set_heap_collector(HeapCollector fn) { heap_collector_ = fn; }
   // Finds the pressure sources (reads /proc and cgroup files).  Called once
   // the background thread starts, not at start-up.
   void init_pressure() { pressure_.init(platform_, stats_, option(Opt::pressure) != 0); }
@@ -116,6 +122,7 @@ class Purger {
   const Platform* platform_ = nullptr;
   Stats* stats_ = nullptr;
   Discardable* discard_ = nullptr;
+  HeapCollector heap_collector_ = nullptr;
   Mutex lock_;  // one purge pass at a time
   PressureMonitor pressure_;
   std::atomic<bool> free_unsupported_{false};
