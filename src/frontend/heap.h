@@ -28,7 +28,6 @@
 #include "backend/span.h"
 #include "core/stats.h"
 #include "frontend/size_class.h"
-#include "pal/lock.h"
 
 namespace lazymalloc {
 
@@ -62,18 +61,24 @@ constexpr size_t bin_slot_offset(unsigned c) {
 }
 inline constexpr size_t kBinSlots = bin_slot_offset(kSmallClasses);
 
-// Locking: a heap's spans (queues, the full list, each span's lists and
-// `used`) belong to whoever holds `lock`: its thread in the slow paths
-// (refills, cache flushes, collection), or the background thread
-// collecting a heap whose thread went quiet (lm_collect_idle_heaps).  The
-// fast paths touch only the thread's bins, never the lock.  Empty spans
-// found under the lock go on `to_release` and back to the backend after
-// it is dropped (HeapGuard, frontend/internal.h): the backend may start a
-// thread, which may allocate.
+// Exclusion: a heap's spans (queues, the full list, each span's lists and
+// `used`) belong to its thread while it is in a slow path (refills, cache
+// flushes, collection: `busy`), or to a collector that claimed the heap
+// (`claimed`: the background thread taking back a quiet or exited thread's
+// remote frees and empty spans, lm_collect_idle_heaps; fork).  An
+// asymmetric Dekker handshake (HeapGuard and heaps_claim,
+// frontend/internal.h): the thread only stores `busy` and loads `claimed`,
+// no atomic read-modify-write and no fence, because the collector, which
+// is rare, makes every thread execute a memory barrier (membarrier(2))
+// between its store of `claimed` and its load of `busy`.  The fast paths
+// touch only the thread's bins, never these.  Empty spans found go on
+// `to_release` and back to the backend once the heap is let go: the
+// backend may start a thread, which may allocate.
 struct Heap {
-  Mutex lock;
-  Span* to_release = nullptr;       // REQUIRES lock: empty spans, linked by `next`
-  // Slow-path events (refills and flushes) under the lock; the background
+  std::atomic<uint32_t> busy{0};     // written by the heap's thread only
+  std::atomic<uint32_t> claimed{0};  // 0; 1: a collector holds the heap; 2: and its thread waits
+  Span* to_release = nullptr;       // REQUIRES busy or claimed: empty spans, linked by `next`
+  // Slow-path events (refills and flushes, counted by HeapGuard); the background
   // thread compares them across its passes to see that the heap is idle.
   uint64_t slow_events = 0;
   uint64_t idle_seen_events = 0;    // background thread only

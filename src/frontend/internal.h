@@ -58,6 +58,7 @@ struct Global {
   Discardable discard;
   MetaPool<HeapRecord> heap_records;
   Mutex heaps_lock;
+  Mutex collect_lock;  // one collector of heaps at a time (heaps_claim)
   Heap* all_heaps = nullptr;
   Heap* pool = nullptr;
   std::atomic<int> init_state{0};  // 0 none, 1 running, 2 done
@@ -66,6 +67,9 @@ extern constinit Global g;
 extern int g_stats_fd;
 extern bool g_secure;  // Opt::secure, fixed by lm_init before any span exists
 extern const Platform* g_platform;  // the Linux platform unless a test sets one
+// The process barrier (Platform::process_barrier) is unavailable: a thread
+// entering a slow path fences itself (heap_enter).
+extern bool g_heap_fence;
 
 extern constinit __attribute__((tls_model("initial-exec"))) thread_local Heap* tl_heap;
 extern constinit __attribute__((tls_model("initial-exec"))) thread_local bool tl_initializing;
@@ -94,29 +98,51 @@ inline bool background_ensure() {
 
 // ---- span queues and remote frees (spans.cc)
 
-// Holds heap h's lock (heap.h, "Locking") for a scope; on leaving, gives
-// the spans found empty meanwhile back to the backend, with no lock held.
-// The shared empty heap owns no span: nothing to lock.
+// The heap's thread enters a slow path (heap.h, "Exclusion"): announces
+// itself, then backs off while a collector holds the heap.  Counts a
+// slow-path event (Heap::slow_events).
+void heap_enter_wait(Heap* h);
+inline void heap_enter(Heap* h) {
+  h->busy.store(1, std::memory_order_relaxed);
+  // The collector's process barrier orders the store before the load;
+  // without one, this thread fences.
+  if (LM_UNLIKELY(g_heap_fence)) {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+  } else {
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+  }
+  if (LM_UNLIKELY(h->claimed.load(std::memory_order_acquire) != 0)) heap_enter_wait(h);
+  __atomic_store_n(&h->slow_events, h->slow_events + 1, __ATOMIC_RELAXED);
+}
+
+// A collector (REQUIRES g.collect_lock) claims heaps hs[0..n): returns how
+// many it holds, moved to the front of hs; a heap whose thread is in a slow
+// path is left alone (that thread is not idle).
+unsigned heaps_claim(Heap** hs, unsigned n);
+void heap_unclaim(Heap* h);
+
+// A heap held for a scope, by its thread (heap_enter) or by a collector
+// that claimed it; on leaving, gives the spans found empty meanwhile back
+// to the backend, with the heap let go.  The shared empty heap owns no
+// span: nothing to hold.
 class HeapGuard {
  public:
-  // The heap's thread: counts a slow-path event (Heap::slow_events).
   explicit HeapGuard(Heap* h) : h_(h != &g_empty_heap ? h : nullptr) {
-    if (!h_) return;
-    h_->lock.lock();
-    __atomic_store_n(&h_->slow_events, h_->slow_events + 1, __ATOMIC_RELAXED);
+    if (h_) heap_enter(h_);
   }
-  // For a collector that already took the lock (try_lock): no event.
-  HeapGuard(Heap* h, bool locked) : h_(locked ? h : nullptr) {}
+  enum Claimed { kClaimed };
+  HeapGuard(Heap* h, Claimed) : h_(h), collector_(true) {}
   ~HeapGuard();
   HeapGuard(const HeapGuard&) = delete;
   HeapGuard& operator=(const HeapGuard&) = delete;
 
  private:
   Heap* h_;
+  bool collector_ = false;
 };
 
 LM_NOINLINE void* alloc_class(Heap* h, unsigned c);
-// REQUIRES h->lock (HeapGuard): every remote free and empty span of h.
+// REQUIRES h held (HeapGuard): every remote free and empty span of h.
 void heap_collect(Heap* h);
 void return_object(Heap* h, Span* s, void* p);
 void return_objects(Heap* h, Block* const* v, uint32_t n);

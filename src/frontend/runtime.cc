@@ -19,6 +19,7 @@ constinit Global g;
 int g_stats_fd = 2;
 bool g_secure = false;
 const Platform* g_platform = nullptr;
+bool g_heap_fence = false;
 
 constinit __attribute__((tls_model("initial-exec"))) thread_local Heap* tl_heap = &g_empty_heap;
 constinit __attribute__((tls_model("initial-exec"))) thread_local bool tl_initializing = false;
@@ -48,12 +49,20 @@ void heap_thread_exit(void* arg) {
 }
 
 void fork_prepare() {
+  g.collect_lock.lock();
   g.purger.fork_prepare();
   g.discard.fork_prepare();
   g.heaps_lock.lock();
-  // No heap's spans are half-changed at the fork: every lock is taken, so
-  // neither its thread nor the background collector is inside.
-  for (Heap* h = g.all_heaps; h; h = h->next_all) h->lock.lock();
+  // No heap's spans are half-changed at the fork: every heap is claimed,
+  // and the threads in a slow path are let finish first (they take none of
+  // the locks held here; the wait is short).
+  for (Heap* h = g.all_heaps; h; h = h->next_all) h->claimed.store(1, std::memory_order_relaxed);
+  // Registered at start-up, the barrier does not fail afterwards.
+  if (!g_heap_fence) g_platform->process_barrier(g_platform->ctx, false);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  for (Heap* h = g.all_heaps; h; h = h->next_all) {
+    while (h->busy.load(std::memory_order_acquire) != 0) pal::sleep_ns(20000);
+  }
   g.heap_records.lock().lock();
   g.releaser.fork_prepare();
   g.backend.fork_prepare();
@@ -63,18 +72,23 @@ void fork_parent() {
   g.backend.fork_parent();
   g.releaser.fork_parent();
   g.heap_records.lock().unlock();
-  for (Heap* h = g.all_heaps; h; h = h->next_all) h->lock.unlock();
+  for (Heap* h = g.all_heaps; h; h = h->next_all) heap_unclaim(h);
   g.heaps_lock.unlock();
   g.discard.fork_parent();
   g.purger.fork_parent();
+  g.collect_lock.unlock();
 }
 
 void fork_child() {
   g.backend.fork_child();
   g.releaser.fork_child();
   g.heap_records.lock().reset();
-  for (Heap* h = g.all_heaps; h; h = h->next_all) h->lock.reset();
+  for (Heap* h = g.all_heaps; h; h = h->next_all) {
+    h->busy.store(0, std::memory_order_relaxed);
+    h->claimed.store(0, std::memory_order_relaxed);
+  }
   g.heaps_lock.reset();
+  g.collect_lock.reset();
   g.discard.fork_child();
   g.purger.fork_child();
   g.background.fork_child();
@@ -159,6 +173,9 @@ void lm_init() {
   options_load(pal::environment(), report_stderr);
   if (!g_platform) g_platform = &pal::linux_platform();
   g_secure = option(Opt::secure) != 0;
+  // Collectors of idle heaps use the process barrier; without it, threads
+  // fence in their slow paths (heap_enter).
+  g_heap_fence = !g_platform->process_barrier(g_platform->ctx, true);
   if (kChecks || g_secure) g_free_key = pal::random_seed() | 1;
   // Links: a key of their own in secure mode; with checks the tag's key.
   g_link_key = g_secure ? pal::random_seed() | 1 : kChecks ? g_free_key : 0;
@@ -189,36 +206,46 @@ void lm_thread_collect() {
 
 size_t lm_collect_idle_heaps(uint64_t now, uint64_t idle_ns) {
   if (g.init_state.load(std::memory_order_acquire) != 2) return 0;
+  LockGuard collecting(g.collect_lock);
   // Heaps are never freed and new ones are pushed at the head, so the list
-  // from the head read here can be walked without the lock.
-  Heap* first;
+  // from the head read here can be walked without heaps_lock.
+  Heap* h;
   {
     LockGuard guard(g.heaps_lock);
-    first = g.all_heaps;
+    h = g.all_heaps;
   }
   uint64_t released = 0;
-  for (Heap* h = first; h; h = h->next_all) {
-    uint64_t events = __atomic_load_n(&h->slow_events, __ATOMIC_RELAXED);
-    if (events != h->idle_seen_events || h->idle_seen_ns == 0) {
-      h->idle_seen_events = events;
-      h->idle_seen_ns = now ? now : 1;
-      h->idle_collected = false;
-      continue;
+  while (h) {
+    // The heaps due, in batches that share one process barrier.
+    Heap* due[64];
+    unsigned n = 0;
+    for (; h && n < 64; h = h->next_all) {
+      uint64_t events = __atomic_load_n(&h->slow_events, __ATOMIC_RELAXED);
+      if (events != h->idle_seen_events || h->idle_seen_ns == 0) {
+        h->idle_seen_events = events;
+        h->idle_seen_ns = now ? now : 1;
+        h->idle_collected = false;
+        continue;
+      }
+      if (now - h->idle_seen_ns < idle_ns) continue;
+      if (h->idle_collected && !h->remote_pending.load(std::memory_order_relaxed)) continue;
+      due[n++] = h;
     }
-    if (now - h->idle_seen_ns < idle_ns) continue;
-    bool pending = h->remote_pending.load(std::memory_order_relaxed);
-    if (h->idle_collected && !pending) continue;
-    // Never wait for a thread that is in its slow path: it is not idle.
-    if (!h->lock.try_lock()) continue;
-    uint64_t before = h->stats.v[unsigned(HeapStat::spans_released)].load(std::memory_order_relaxed);
-    {
-      HeapGuard guard(h, true);
-      h->remote_pending.store(false, std::memory_order_relaxed);
-      heap_collect(h);
-      released += h->stats.v[unsigned(HeapStat::spans_released)].load(std::memory_order_relaxed) - before;
+    if (n == 0) continue;
+    // A heap whose thread is in a slow path is not idle: left for later.
+    n = heaps_claim(due, n);
+    for (unsigned i = 0; i < n; ++i) {
+      Heap* d = due[i];
+      uint64_t before = d->stats.v[unsigned(HeapStat::spans_released)].load(std::memory_order_relaxed);
+      {
+        HeapGuard guard(d, HeapGuard::kClaimed);
+        d->remote_pending.store(false, std::memory_order_relaxed);
+        heap_collect(d);
+        released += d->stats.v[unsigned(HeapStat::spans_released)].load(std::memory_order_relaxed) - before;
+      }
+      d->idle_collected = true;
+      g.stats.add(Stat::idle_heap_collections, 1);
     }
-    h->idle_collected = true;
-    g.stats.add(Stat::idle_heap_collections, 1);
   }
   g.stats.add(Stat::idle_spans_released, released);
   return size_t(released);

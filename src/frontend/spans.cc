@@ -9,11 +9,60 @@
 
 namespace lazymalloc::detail {
 
+void heap_enter_wait(Heap* h) {
+  do {
+    h->busy.store(0, std::memory_order_release);
+    uint32_t c = h->claimed.load(std::memory_order_acquire);
+    while (c != 0) {
+      // 2 tells heap_unclaim to wake this thread.
+      if (c == 1 && !h->claimed.compare_exchange_weak(c, 2, std::memory_order_acquire,
+                                                      std::memory_order_relaxed)) {
+        continue;
+      }
+      pal::futex_wait(&h->claimed, 2, -1);
+      c = h->claimed.load(std::memory_order_acquire);
+    }
+    h->busy.store(1, std::memory_order_relaxed);
+    if (g_heap_fence) {
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+    } else {
+      std::atomic_signal_fence(std::memory_order_seq_cst);
+    }
+  } while (h->claimed.load(std::memory_order_acquire) != 0);
+}
+
+unsigned heaps_claim(Heap** hs, unsigned n) {
+  for (unsigned i = 0; i < n; ++i) hs[i]->claimed.store(1, std::memory_order_relaxed);
+  if (g_heap_fence) {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+  } else if (!g_platform->process_barrier(g_platform->ctx, false)) {
+    for (unsigned i = 0; i < n; ++i) heap_unclaim(hs[i]);
+    return 0;
+  }
+  unsigned held = 0;
+  for (unsigned i = 0; i < n; ++i) {
+    if (hs[i]->busy.load(std::memory_order_acquire) != 0) {
+      heap_unclaim(hs[i]);
+    } else {
+      hs[held++] = hs[i];
+    }
+  }
+  return held;
+}
+
+void heap_unclaim(Heap* h) {
+  if (h->claimed.exchange(0, std::memory_order_release) == 2) pal::futex_wake(&h->claimed, 1);
+}
+
 HeapGuard::~HeapGuard() {
   if (!h_) return;
   Span* s = h_->to_release;
   h_->to_release = nullptr;
-  h_->lock.unlock();
+  if (collector_) {
+    heap_unclaim(h_);
+  } else {
+    h_->busy.store(0, std::memory_order_release);
+  }
   while (s) {
     Span* next = s->next;
     s->next = nullptr;
@@ -53,7 +102,7 @@ void full_remove(Heap* h, Span* s) {
 }
 
 // Unlinks empty span s of heap h for the backend (HeapGuard gives it back
-// once the lock is dropped).  REQUIRES h->lock.
+// once the heap is let go).  REQUIRES h held (HeapGuard).
 void span_release(Heap* h, Span* s) {
   h->stats.inc(HeapStat::spans_released);
   g.stats.sub(Stat::small_spans, 1);
@@ -273,7 +322,7 @@ bool return_run(Heap* h, Span* s, Block* first, Block* last, uint32_t n) {
 
 // Finds or makes a span of class c with a free object, takes one and fills
 // bin's allocation stack from the rest (not in secure mode: its bins have
-// no stacks).  nullptr when out of memory.  REQUIRES h->lock.
+// no stacks).  nullptr when out of memory.  REQUIRES h held (HeapGuard).
 Block* refill(Heap* h, unsigned c, Bin& bin) {
   SpanQueue& q = h->queue[c];
   if (g_secure) {
@@ -322,8 +371,8 @@ Block* refill(Heap* h, unsigned c, Bin& bin) {
 }  // namespace
 
 // The slow path of small allocation: pops from the thread's bin (aligned
-// requests come here first), else refills it from the heap's spans under
-// the heap's lock.
+// requests come here first), else refills it from the heap's spans, the
+// heap held (HeapGuard).
 LM_NOINLINE void* alloc_class(Heap* h, unsigned c) {
   Bin& bin = tl_bins[c];
   Block** fbase = tl_bin_fbase[c];
@@ -341,7 +390,7 @@ LM_NOINLINE void* alloc_class(Heap* h, unsigned c) {
     HeapGuard guard(h);
     b = refill(h, c, bin);
   }
-  // Not under the lock: an idle bin's flush takes it again.
+  // With the heap let go: an idle bin's flush holds it again.
   if (b) bin_event(h);
   return b;
 }

@@ -54,6 +54,12 @@ struct Platform {
   void (*advise_hugepage)(void* ctx, void* addr, size_t size, bool huge);
   // Starts a detached thread with all signals blocked; false on failure.
   bool (*start_thread)(void* ctx, void* (*fn)(void*), void* arg);
+  // The heavy side of an asymmetric fence (membarrier(2),
+  // MEMBARRIER_CMD_PRIVATE_EXPEDITED): when it returns, every thread of the
+  // process has executed a full memory barrier, so the other side needs only
+  // a compiler barrier.  With `setup`, registers the process for it (once,
+  // at start-up).  false: not available (the light side must then fence).
+  bool (*process_barrier)(void* ctx, bool setup);
 };
 
 namespace pal {
@@ -78,6 +84,9 @@ long read_file(const char* path, char* buf, size_t len);
 void sleep_ns(int64_t ns);
 // MADV_HUGEPAGE / MADV_NOHUGEPAGE on a range; failures are ignored.
 void advise_hugepage(void* addr, size_t size, bool huge);
+// membarrier(2): registration (`setup`) or a private expedited barrier;
+// false if the kernel refuses it.  errno is preserved.
+bool process_barrier(bool setup);
 uint64_t now_ns();
 // Moves the pages of [from, from + len) to [to, to + len) (both page
 // aligned, inside our own mappings) without copying: mremap(2).  Afterwards

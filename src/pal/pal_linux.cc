@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sys/uio.h>
 #include <linux/futex.h>
+#include <linux/membarrier.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -188,6 +189,14 @@ void futex_wait(std::atomic<uint32_t>* word, uint32_t expected, int64_t timeout_
   errno = saved;
 }
 
+bool process_barrier(bool setup) {
+  int saved = errno;
+  long r = syscall(SYS_membarrier,
+                   setup ? MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED : MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
+  errno = saved;
+  return r == 0;
+}
+
 void futex_wake(std::atomic<uint32_t>* word, int count) {
   int saved = errno;
   syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE_PRIVATE, count, nullptr, nullptr, 0);
@@ -288,6 +297,7 @@ void* linux_map(void*, size_t size) { return map(size, 4096); }
 void linux_unmap(void*, void* addr, size_t size) { unmap(addr, size); }
 void linux_hugepage(void*, void* addr, size_t size, bool huge) { advise_hugepage(addr, size, huge); }
 bool linux_start_thread(void*, void* (*fn)(void*), void* arg) { return start_thread(fn, arg); }
+bool linux_process_barrier(void*, bool setup) { return process_barrier(setup); }
 constexpr Platform kLinux = {
     .ctx = nullptr,
     .reserve = linux_reserve,
@@ -300,6 +310,7 @@ constexpr Platform kLinux = {
     .unmap = linux_unmap,
     .advise_hugepage = linux_hugepage,
     .start_thread = linux_start_thread,
+    .process_barrier = linux_process_barrier,
 };
 }  // namespace
 

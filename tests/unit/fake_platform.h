@@ -68,6 +68,7 @@ class FakePlatform {
         .unmap = &unmap,
         .advise_hugepage = &hugepage,
         .start_thread = &start_thread,
+        .process_barrier = &process_barrier,
     };
   }
   const Platform* get() const { return &platform_; }
@@ -82,6 +83,7 @@ class FakePlatform {
   Fault vector_fault;   // process_madvise (set err = ENOSYS for "unsupported")
   Fault read_fault;     // file reads (fail: the file is missing)
   Fault thread_fault;   // thread creation
+  Fault barrier_fault;  // membarrier (registration or barrier): the real one unless it fails
   size_t vector_short_by = 0;  // process_madvise reports this many bytes fewer (partial)
   int fail_free_with = 0;      // errno to return for MADV_FREE (0 = succeed)
   int fail_dontneed_with = 0;  // errno to return for MADV_DONTNEED
@@ -115,6 +117,10 @@ class FakePlatform {
 
  private:
   static FakePlatform* self(void* ctx) { return static_cast<FakePlatform*>(ctx); }
+  static bool process_barrier(void* ctx, bool setup) {
+    if (self(ctx)->barrier_fault.hit()) return false;
+    return pal::process_barrier(setup);
+  }
   static void* reserve(void* ctx, size_t size, size_t align) {
     FakePlatform* f = self(ctx);
     if (f->fail_reserve || f->reserve_fault.hit(size)) return nullptr;
