@@ -1,16 +1,9 @@
 #include "compare.h"
 
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -20,9 +13,8 @@
 #include "harness/plot.h"
 #include "harness/report.h"
 #include "harness/sysinfo.h"
+#include "subprocess.h"
 #include "workloads/workload.h"
-
-extern char** environ;
 
 namespace lazybench {
 
@@ -30,100 +22,25 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct ChildOutcome {
-  std::string stdout_text;
-  std::string status;  // "ok" when it exited 0
-  bool ok = false;
-  double elapsed_s = 0;
-};
-
-std::string signal_name(int sig) {
-  const char* abbrev = sigabbrev_np(sig);
-  return abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);
-}
-
-std::string describe_status(int status) {
-  if (WIFEXITED(status)) return WEXITSTATUS(status) == 0 ? "ok" : "exit " + std::to_string(WEXITSTATUS(status));
-  if (WIFSIGNALED(status)) return "killed by " + signal_name(WTERMSIG(status));
-  return "status " + std::to_string(status);
-}
-
-// Runs exe with argv and env; stdout is captured, stderr goes to log_path,
-// stdin is /dev/null.  Kills the child after timeout_s.
-ChildOutcome spawn_child(const std::string& exe, const std::vector<std::string>& argv,
-                         const std::vector<std::string>& env, const std::string& log_path, double timeout_s) {
-  ChildOutcome out;
-  int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) {
-    out.status = std::string("pipe: ") + std::strerror(errno);
-    return out;
-  }
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
-  posix_spawn_file_actions_addopen(&fa, 2, log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  std::vector<char*> cargv, cenv;
-  for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
-  cargv.push_back(nullptr);
-  for (const auto& e : env) cenv.push_back(const_cast<char*>(e.c_str()));
-  cenv.push_back(nullptr);
-  pid_t pid = -1;
-  const auto start = Clock::now();
-  const int rc = ::posix_spawn(&pid, exe.c_str(), &fa, nullptr, cargv.data(), cenv.data());
-  posix_spawn_file_actions_destroy(&fa);
-  ::close(fds[1]);
-  if (rc != 0) {
-    ::close(fds[0]);
-    out.status = "spawn " + exe + ": " + std::strerror(rc);
-    return out;
-  }
-  bool timed_out = false;
-  char buf[65536];
-  while (true) {
-    const double left = timeout_s - seconds_since(start);
-    if (left <= 0) {
-      timed_out = true;
-      ::kill(pid, SIGKILL);
-      break;
-    }
-    pollfd p{fds[0], POLLIN, 0};
-    const int pr = ::poll(&p, 1, static_cast<int>(std::min(left * 1000.0, 1000.0)) + 1);
-    if (pr < 0 && errno == EINTR) continue;
-    if (pr == 0) continue;
-    const ssize_t n = ::read(fds[0], buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    out.stdout_text.append(buf, static_cast<std::size_t>(n));
-  }
-  ::close(fds[0]);
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  out.elapsed_s = seconds_since(start);
-  out.status = timed_out ? "timeout after " + format_fixed(timeout_s, 0) + " s" : describe_status(status);
-  out.ok = !timed_out && WIFEXITED(status) && WEXITSTATUS(status) == 0;
-  return out;
-}
-
-// The environment for a child: ours without LD_PRELOAD and the variables the
-// allocator sets, plus those.
-std::vector<std::string> child_environment(const std::string& preload,
-                                           const std::vector<std::pair<std::string, std::string>>& vars) {
-  std::vector<std::string> env;
-  auto overridden = [&](const std::string& entry) {
-    const auto eq = entry.find('=');
-    const std::string name = entry.substr(0, eq);
-    if (name == "LD_PRELOAD") return true;
-    for (const auto& [k, v] : vars)
-      if (k == name) return true;
-    return false;
-  };
-  for (char** e = environ; e && *e; ++e)
-    if (!overridden(*e)) env.emplace_back(*e);
-  if (!preload.empty()) env.push_back("LD_PRELOAD=" + preload);
-  for (const auto& [k, v] : vars) env.push_back(k + "=" + v);
+// The environment changes for a child: no LD_PRELOAD of ours, the
+// allocator's library and variables instead.
+EnvChanges child_env(const std::string& preload, const std::vector<std::pair<std::string, std::string>>& vars) {
+  EnvChanges env;
+  env["LD_PRELOAD"] = preload.empty() ? std::nullopt : std::optional<std::string>(preload);
+  for (const auto& [k, v] : vars) env[k] = v;
   return env;
+}
+
+// Runs argv with `env`; stdout is captured, stderr goes to log_path, stdin
+// is /dev/null.  Kills the child after timeout_s.
+SpawnResult spawn_child(const std::vector<std::string>& argv, EnvChanges env, const std::string& log_path,
+                        double timeout_s) {
+  SpawnOptions o;
+  o.env = std::move(env);
+  o.stderr_to = SpawnOptions::Stderr::kFile;
+  o.stderr_path = log_path;
+  o.timeout_s = timeout_s;
+  return spawn(argv, o);
 }
 
 std::string expected_detection(const AllocatorSpec& spec) {
@@ -163,8 +80,8 @@ std::string find_in_path(const std::string& program) {
 
 // Runs gnuplot on a script; returns "" or an error.
 std::string run_gnuplot(const std::string& gnuplot, const fs::path& script, const fs::path& log) {
-  const auto out = spawn_child(gnuplot, {gnuplot, script.string()}, child_environment("", {}), log.string(), 60);
-  return out.ok ? std::string() : "gnuplot " + out.status + " (see " + log.string() + ")";
+  const auto out = spawn_child({gnuplot, script.string()}, child_env("", {}), log.string(), 60);
+  return out.ok() ? std::string() : "gnuplot " + out.status_text() + " (see " + log.string() + ")";
 }
 
 // Removes what an earlier compare wrote into `dir` (and only that), so a
@@ -351,17 +268,17 @@ int compare_command(const CompareOptions& opt) {
         std::fprintf(stderr, "[%zu/%zu] %s under %s rep %d ... ", index, total, w->name.c_str(), a.name.c_str(), rep);
         std::fflush(stderr);
         const fs::path log = out_dir / "logs" / (stem + ".log");
-        const auto child = spawn_child(exe, argv, child_environment(a.preload, a.env), log.string(), opt.timeout_s);
+        const auto child = spawn_child(argv, child_env(a.preload, a.env), log.string(), opt.timeout_s);
         RunRecord rec;
         rec.workload = w->name;
         rec.allocator = a.name;
         rec.rep = rep;
         rec.elapsed_s = child.elapsed_s;
         rec.args = join(std::vector<std::string>(argv.begin() + 3, argv.end()));
-        rec.status = child.status;
-        if (child.ok) {
+        rec.status = child.status_text();
+        if (child.ok()) {
           std::string err;
-          rec.result = find_result(child.stdout_text, &err);
+          rec.result = find_result(child.out, &err);
           if (rec.result) {
             rec.ok = true;
             const std::string expect = expected_detection(a);

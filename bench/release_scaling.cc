@@ -3,8 +3,8 @@
 // 4 KiB-page and hugepage (THP) memory, against one inline munmap of the
 // same region?
 //
-// Each measurement runs in a fresh process (this program re-executes
-// itself with LAZYMALLOC_* set), because hugepage advice is fixed when an
+// Each measurement runs in a fresh process (this program runs itself again
+// with LAZYMALLOC_* set, through lazybench's spawn()), because hugepage advice is fixed when an
 // arena is reserved.  The child allocates --size, writes every page, frees
 // it and polls the `release_inflight_bytes` statistic until the release has
 // finished; advice is MADV_DONTNEED (LAZYMALLOC_PURGE_ADVICE=dontneed), so
@@ -15,7 +15,6 @@
 // Usage: release-scaling [--size 1G] [--reps 3] [--workers 1,2,N]
 // Prints a Markdown table: median ms, GiB/s, speedup over munmap.
 #include <sys/mman.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -28,6 +27,7 @@
 
 #include "lazymalloc/lazymalloc.h"
 
+#include "subprocess.h"
 #include "tool_util.h"
 
 namespace {
@@ -72,31 +72,15 @@ int child_munmap(size_t size, bool huge) {
 }
 
 // Runs this program as a child with `env` and argv `args`; the first number
-// it prints.
-double run_child(const char* self, const std::vector<std::string>& env, const std::vector<std::string>& args) {
-  int fds[2];
-  if (pipe(fds) != 0) return -1;
-  pid_t pid = fork();
-  if (pid == 0) {
-    dup2(fds[1], 1);
-    close(fds[0]);
-    for (const auto& e : env) putenv(const_cast<char*>(e.c_str()));
-    std::vector<char*> argv{const_cast<char*>(self)};
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    execv(self, argv.data());
-    _exit(127);
-  }
-  close(fds[1]);
-  char buf[256] = {};
-  size_t got = 0;
-  ssize_t r;
-  while (got < sizeof buf - 1 && (r = read(fds[0], buf + got, sizeof buf - 1 - got)) > 0) got += size_t(r);
-  close(fds[0]);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return -1;
-  return atof(buf);
+// it prints, or -1 when it fails.
+double run_child(const char* self, const lazybench::EnvChanges& env, const std::vector<std::string>& args) {
+  lazybench::SpawnOptions o;
+  o.env = env;
+  o.stderr_to = lazybench::SpawnOptions::Stderr::kInherit;
+  std::vector<std::string> argv{self};
+  argv.insert(argv.end(), args.begin(), args.end());
+  const auto r = lazybench::spawn(argv, o);
+  return r.ok() ? atof(r.out.c_str()) : -1;
 }
 
 double median(std::vector<double> v) {
@@ -148,9 +132,10 @@ int main(int argc, char** argv) {
       base.push_back(run_child(self, {}, {"--child-munmap", sz, huge ? "1" : "0"}));
       for (size_t w = 0; w < workers.size(); ++w) {
         per[w].push_back(run_child(self,
-                                   {"LAZYMALLOC_HUGEPAGES=" + std::to_string(huge),
-                                    "LAZYMALLOC_RELEASE_WORKERS=" + std::to_string(workers[w]),
-                                    "LAZYMALLOC_PURGE_ADVICE=dontneed", "LAZYMALLOC_HUGE_RETAIN=0"},
+                                   {{"LAZYMALLOC_HUGEPAGES", std::to_string(huge)},
+                                    {"LAZYMALLOC_RELEASE_WORKERS", std::to_string(workers[w])},
+                                    {"LAZYMALLOC_PURGE_ADVICE", "dontneed"},
+                                    {"LAZYMALLOC_HUGE_RETAIN", "0"}},
                                    {"--child-release", sz}));
       }
     }

@@ -4,9 +4,10 @@
 #
 #   tools/bench.sh [lazybench compare arguments...]
 #
-# 1. As root on Debian/Ubuntu, installs what is missing of the build
-#    dependencies and the peer allocators with apt-get (skipped when not root,
-#    or when everything is installed already).
+# 1. Runs `tools/deps.sh --with-peers`: as root on Debian/Ubuntu it installs
+#    what is missing of the build dependencies, the peer allocators and
+#    gnuplot-nox (apt-get --no-install-recommends); not as root it lists
+#    what is missing (missing peer allocators are then skipped).
 # 2. Configures and builds a Release build in build/ (the library, lazybench
 #    and lazymalloc-run; not the tests, to stay within the time budget).
 # 3. Runs `build/lazybench compare --out results` with any extra arguments,
@@ -29,29 +30,12 @@ start=$(date +%s)
 
 say() { printf '==> %s\n' "$*" >&2; }
 
-build_deps=(cmake make g++ libgtest-dev libbenchmark-dev libcli11-dev gnuplot-nox)
-peers=(libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0 libtbbmalloc2)
-
-installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
-
+# tools/deps.sh has the one package list (build, tests, peers, gnuplot-nox);
+# as root it installs what is missing with --no-install-recommends.
 if command -v dpkg-query >/dev/null 2>&1; then
-  missing=()
-  for p in "${build_deps[@]}" "${peers[@]}"; do
-    installed "$p" || missing+=("$p")
-  done
-  if [ ${#missing[@]} -eq 0 ]; then
-    say "build dependencies and peer allocators already installed"
-  elif [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
-    say "installing: ${missing[*]}"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update
-    apt-get install -y "${missing[@]}"
-  else
-    say "not root: not installing ${missing[*]}"
-    say "(as root: apt-get install -y ${missing[*]}; missing peer allocators are skipped)"
-  fi
+  tools/deps.sh --with-peers
 else
-  say "no dpkg: install cmake, a C++20 compiler, CLI11, GoogleTest, gnuplot and the peer allocators yourself"
+  say "no dpkg: install cmake, a C++20 compiler, CLI11, GoogleTest, nlohmann-json, gnuplot and the peer allocators yourself"
 fi
 
 say "configuring $BUILD_DIR (Release)"

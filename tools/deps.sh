@@ -5,7 +5,7 @@
 # Usage: tools/deps.sh [--with-peers] [--require] [EXTRA-PACKAGE...]
 set -euo pipefail
 pkgs=(cmake g++ make libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev python3 time procps
-      git sqlite3 gawk clang libclang-rt-14-dev)
+      git sqlite3 gawk clang libclang-rt-14-dev nlohmann-json3-dev)
 require=0
 while (($#)); do
   case "$1" in

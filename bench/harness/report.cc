@@ -4,7 +4,7 @@
 #include <cmath>
 #include <limits>
 
-#include "json.h"
+#include "result.h"
 
 namespace lazybench {
 
@@ -190,24 +190,22 @@ std::string render_csv(const std::vector<RunRecord>& records) {
       const auto& r = *rec.result;
       auto extra_or_empty = [&](const char* key) {
         const auto v = r.extra_value(key);
-        return v ? JsonWriter::number(*v) : std::string();
+        return v ? csv_number(*v) : std::string();
       };
-      JsonWriter extra;
-      for (const auto& [k, v] : r.extra) extra.field(k, v);
       const std::vector<std::string> more = {
-          r.metric.name, JsonWriter::number(r.metric.value), r.metric.unit, r.metric.higher_is_better ? "1" : "0",
-          JsonWriter::number(r.wall_s), JsonWriter::number(r.usage.user_s), JsonWriter::number(r.usage.sys_s),
+          r.metric.name, csv_number(r.metric.value), r.metric.unit, r.metric.higher_is_better ? "1" : "0",
+          csv_number(r.wall_s), csv_number(r.usage.user_s), csv_number(r.usage.sys_s),
           std::to_string(r.usage.minflt), std::to_string(r.usage.majflt), std::to_string(r.usage.nvcsw),
-          std::to_string(r.usage.nivcsw), JsonWriter::number(static_cast<double>(r.usage.maxrss_kib) / 1024.0),
+          std::to_string(r.usage.nivcsw), csv_number(static_cast<double>(r.usage.maxrss_kib) / 1024.0),
           extra_or_empty("held_mib"), extra_or_empty("rss_mib"), extra_or_empty("lazyfree_mib"), r.allocator,
           r.seed};
       f.insert(f.end(), more.begin(), more.end());
-      f.push_back(JsonWriter::number(rec.elapsed_s));
+      f.push_back(csv_number(rec.elapsed_s));
       f.push_back(rec.args);
-      f.push_back(extra.str());
+      f.push_back(extra_json(r));
     } else {
       f.resize(22);
-      f.push_back(JsonWriter::number(rec.elapsed_s));
+      f.push_back(csv_number(rec.elapsed_s));
       f.push_back(rec.args);
       f.push_back("");
     }

@@ -41,8 +41,11 @@ struct RunResult {
   std::optional<double> extra_value(std::string_view key) const;
 };
 
-// The single result line (no trailing newline).
+// The single result line (no trailing newline), written with nlohmann-json.
 std::string to_json_line(const RunResult& result);
+
+// The "extra" member alone, as one line of JSON (results.csv's last column).
+std::string extra_json(const RunResult& result);
 
 // Parses a result line.  nullopt (with a message) if it is not one.
 std::optional<RunResult> parse_result_line(std::string_view line, std::string* error = nullptr);

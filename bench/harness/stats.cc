@@ -1,6 +1,7 @@
 #include "stats.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <stdexcept>
@@ -159,6 +160,13 @@ std::string csv_field(const std::string& text) {
   }
   out += '"';
   return out;
+}
+
+std::string csv_number(double value) {
+  if (!std::isfinite(value)) return {};
+  char buf[64];
+  const auto res = std::to_chars(buf, buf + sizeof buf, value);
+  return std::string(buf, res.ptr);
 }
 
 std::string csv_line(const std::vector<std::string>& fields) {

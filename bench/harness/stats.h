@@ -71,6 +71,10 @@ class MarkdownTable {
 // One CSV field, quoted when it needs to be (RFC 4180).
 std::string csv_field(const std::string& text);
 
+// A number as a CSV field: the shortest text that reads back to the same
+// double ("5", "3.25", "1e+20"); empty for NaN and infinities.
+std::string csv_number(double value);
+
 // A CSV line (terminated by '\n') from fields.
 std::string csv_line(const std::vector<std::string>& fields);
 

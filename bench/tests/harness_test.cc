@@ -1,15 +1,20 @@
 // Unit tests of lazybench's harness library: statistics, ratios, table
-// formatting, JSON, result lines, argument parsing, and the `run` command's
-// option handling (in-process).
+// formatting, result lines (JSON), argument parsing, the process spawner, and
+// the `run` command's option handling (in-process).
 #include <gtest/gtest.h>
+
+#include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <set>
 #include <sstream>
 
 #include "harness/args.h"
-#include "harness/json.h"
 #include "harness/plot.h"
 #include "harness/report.h"
 #include "harness/result.h"
@@ -17,6 +22,7 @@
 #include "harness/stats.h"
 #include "harness/sysinfo.h"
 #include "run.h"
+#include "subprocess.h"
 #include "workloads/workload.h"
 
 #ifdef LAZYBENCH_HAVE_RUN_ARGS
@@ -99,37 +105,14 @@ TEST(Stats, CsvQuotesOnlyWhenNeeded) {
   EXPECT_EQ(csv_line({"a", "b c", "d,e"}), "a,b c,\"d,e\"\n");
 }
 
-TEST(Json, WriterAndParserRoundTrip) {
-  JsonWriter inner;
-  inner.field("x", 1.5).field("s", "q\"uote\n");
-  JsonWriter w;
-  w.field("n", std::int64_t{-3}).field("b", true).field("u", std::uint64_t{18446744073709551615ull}).object("o", inner);
-  const auto v = parse_json(w.str());
-  ASSERT_TRUE(v);
-  EXPECT_EQ(*v->number("n"), -3);
-  EXPECT_TRUE(*v->boolean("b"));
-  const JsonValue* o = v->find("o");
-  ASSERT_TRUE(o && o->is_object());
-  EXPECT_DOUBLE_EQ(*o->number("x"), 1.5);
-  EXPECT_EQ(*o->string("s"), "q\"uote\n");
-}
-
-TEST(Json, ParsesArraysEscapesAndRejectsGarbage) {
-  const auto v = parse_json(R"( {"a":[1,2,{"b":null}],"u":"\u00e9\ud83d\ude00","e":1e3} )");
-  ASSERT_TRUE(v);
-  ASSERT_TRUE(v->find("a")->is_array());
-  EXPECT_EQ(v->find("a")->as_array().size(), 3u);
-  EXPECT_TRUE(v->find("a")->as_array()[2].find("b")->is_null());
-  EXPECT_EQ(*v->string("u"), "\xc3\xa9\xf0\x9f\x98\x80");
-  EXPECT_DOUBLE_EQ(*v->number("e"), 1000);
-  std::string error;
-  EXPECT_FALSE(parse_json("{\"a\":1,}", &error));
-  EXPECT_NE(error.find("offset"), std::string::npos);
-  EXPECT_FALSE(parse_json("{\"a\":1} x"));
-  EXPECT_FALSE(parse_json("[1,2"));
-  EXPECT_FALSE(parse_json("\"unterminated"));
-  EXPECT_FALSE(parse_json(""));
-  EXPECT_EQ(JsonWriter::number(NAN), "null");
+TEST(Stats, CsvNumberIsShortestRoundTrip) {
+  EXPECT_EQ(csv_number(5), "5");
+  EXPECT_EQ(csv_number(3.25), "3.25");
+  EXPECT_EQ(csv_number(-0.1), "-0.1");
+  EXPECT_EQ(csv_number(1e20), "1e+20");
+  EXPECT_EQ(std::stod(csv_number(1.0 / 3)), 1.0 / 3);
+  EXPECT_EQ(csv_number(NAN), "");
+  EXPECT_EQ(csv_number(INFINITY), "");
 }
 
 RunResult sample_result() {
@@ -163,6 +146,50 @@ TEST(Result, LineRoundTrips) {
   EXPECT_EQ(r->usage.maxrss_kib, 2048);
   EXPECT_DOUBLE_EQ(*r->extra_value("held_mib"), 3.5);
   EXPECT_EQ(r->seed, "0x00000000000000ff");
+}
+
+TEST(Result, LineKeepsKeyOrderEscapesAndNonFiniteNumbers) {
+  RunResult r = sample_result();
+  r.workload = "we\"ird\nname\\";
+  r.metric.value = NAN;
+  const std::string line = to_json_line(r);
+  // find_result() looks for lines that start so.
+  EXPECT_EQ(line.rfind("{\"lazybench\":1,\"workload\":", 0), 0u) << line;
+  EXPECT_EQ(line.find('\n'), std::string::npos) << line;
+  EXPECT_NE(line.find("\"value\":null"), std::string::npos) << line;
+  // A metric that is not a number is no result.
+  std::string error;
+  EXPECT_FALSE(parse_result_line(line, &error));
+  EXPECT_EQ(error, "metric has no numeric value");
+  r.metric.value = 1;
+  const auto back = parse_result_line(to_json_line(r));
+  ASSERT_TRUE(back);
+  EXPECT_EQ(back->workload, r.workload);
+  EXPECT_EQ(extra_json(r), "{\"held_mib\":3.5,\"rss_mib\":10.0}");
+}
+
+TEST(Result, RejectsWhatIsNotAResultLine) {
+  std::string error;
+  EXPECT_FALSE(parse_result_line("{\"lazybench\":1,\"metric\":{\"value\":1},}", &error));
+  EXPECT_EQ(error.rfind("not JSON: ", 0), 0u) << error;
+  EXPECT_FALSE(parse_result_line("{\"lazybench\":1,\"metric\":{\"value\":1}} x", &error));
+  EXPECT_EQ(error.rfind("not JSON: ", 0), 0u) << error;
+  EXPECT_FALSE(parse_result_line("", &error));
+  EXPECT_EQ(error.rfind("not JSON: ", 0), 0u) << error;
+  EXPECT_FALSE(parse_result_line("[1,2]", &error));
+  EXPECT_EQ(error, "not a lazybench result");
+  EXPECT_FALSE(parse_result_line("{\"lazybench\":\"1\",\"metric\":{\"value\":1}}", &error));
+  EXPECT_EQ(error, "not a lazybench result");
+  EXPECT_FALSE(parse_result_line("{\"lazybench\":1,\"metric\":3}", &error));
+  EXPECT_EQ(error, "result has no metric object");
+  // Only the members that are numbers count as extras; higher_is_better
+  // defaults to true.
+  const auto r = parse_result_line(
+      R"({"lazybench":1,"metric":{"value":2,"higher_is_better":"no"},"extra":{"a":1,"b":"x","c":[1]}})");
+  ASSERT_TRUE(r);
+  EXPECT_TRUE(r->metric.higher_is_better);
+  ASSERT_EQ(r->extra.size(), 1u);
+  EXPECT_EQ(r->extra[0].first, "a");
 }
 
 TEST(Result, FindsLastResultAmongOtherOutput) {
@@ -450,6 +477,57 @@ TEST(Registry, HeadlineSetAndVariants) {
   list_workloads(list);
   EXPECT_NE(list.str().find("ebizzy-2t"), std::string::npos);
   EXPECT_NE(list.str().find("huge-free"), std::string::npos);
+}
+
+TEST(Spawn, EnvironmentStdinStderrAndStatus) {
+  ::setenv("LAZYBENCH_SPAWN_KEEP", "kept", 1);
+  ::setenv("LAZYBENCH_SPAWN_DROP", "dropped", 1);
+  SpawnOptions o;
+  o.env["LAZYBENCH_SPAWN_DROP"] = std::nullopt;
+  o.env["LAZYBENCH_SPAWN_SET"] = "set";
+  o.stdin_text = std::string(1 << 20, 'x');  // more than a pipe holds
+  o.timeout_s = 30;
+  auto r = spawn({"sh", "-c",
+                  "echo \"$LAZYBENCH_SPAWN_KEEP,${LAZYBENCH_SPAWN_DROP-unset},$LAZYBENCH_SPAWN_SET\"; "
+                  "wc -c; echo oops >&2; exit 3"},
+                 o);
+  EXPECT_EQ(r.exit_code(), 3) << r.describe();
+  EXPECT_EQ(r.status_text(), "exit 3");
+  EXPECT_EQ(r.out, "kept,unset,set\n1048576\n");
+  EXPECT_EQ(r.err, "oops\n");
+  // stderr into a file; stdin /dev/null; death by a signal.
+  const auto log = std::filesystem::temp_directory_path() / ("lazybench-spawn-" + std::to_string(::getpid()));
+  SpawnOptions f;
+  f.stderr_to = SpawnOptions::Stderr::kFile;
+  f.stderr_path = log.string();
+  r = spawn({"sh", "-c", "wc -c; echo to-file >&2; kill -SEGV $$"}, f);
+  EXPECT_EQ(r.term_signal(), SIGSEGV) << r.describe();
+  EXPECT_EQ(r.status_text(), "killed by SIGSEGV");
+  EXPECT_EQ(r.out, "0\n");
+  std::ifstream in(log);
+  std::string line;
+  std::getline(in, line);
+  EXPECT_EQ(line, "to-file");
+  std::filesystem::remove(log);
+  r = spawn({"/nonexistent/lazybench-no-such-program"});
+  EXPECT_FALSE(r.started);
+  EXPECT_EQ(r.status_text().rfind("spawn /nonexistent/lazybench-no-such-program: ", 0), 0u) << r.status_text();
+  EXPECT_FALSE(r.ok());
+}
+
+TEST(Spawn, TimeoutKillsTheChild) {
+  SpawnOptions o;
+  o.timeout_s = 0.5;
+  // The child would run for a minute; `exec` so that the shell is the sleeper.
+  const auto r = spawn({"sh", "-c", "echo started; exec sleep 60"}, o);
+  EXPECT_TRUE(r.started);
+  EXPECT_TRUE(r.timed_out);
+  EXPECT_FALSE(r.ok());
+  EXPECT_EQ(r.term_signal(), 0);
+  EXPECT_EQ(r.status_text(), "timeout after 0 s");
+  EXPECT_EQ(r.out, "started\n");
+  EXPECT_GE(r.elapsed_s, 0.5);
+  EXPECT_LT(r.elapsed_s, 30.0);
 }
 
 TEST(RunCommand, ParsesOptionsAndPrintsOneResultLine) {

@@ -15,8 +15,9 @@
 #include <filesystem>
 #include <fstream>
 
-#include "harness/json.h"
-#include "spawn.h"
+#include <nlohmann/json.hpp>
+
+#include "test_util.h"
 
 namespace lazybench {
 namespace {
@@ -28,18 +29,17 @@ std::string real(const std::string& p) {
   return ::realpath(p.c_str(), buf) ? std::string(buf) : p;
 }
 
-test::SpawnOptions clean_env() {
-  test::SpawnOptions o;
+SpawnOptions clean_env() {
+  auto o = test::options();
   o.env["LD_PRELOAD"] = std::nullopt;
   o.env["LAZYMALLOC_LIB"] = std::nullopt;
   o.env["LAZYMALLOC_STATS"] = std::nullopt;
-  o.timeout_s = 30;
   return o;
 }
 
-test::Spawned run_tool(std::vector<std::string> args, test::SpawnOptions o = clean_env()) {
+SpawnResult run_tool(std::vector<std::string> args, SpawnOptions o = clean_env()) {
   args.insert(args.begin(), g_tool);
-  return test::spawn(args, o);
+  return spawn(args, o);
 }
 
 TEST(RunTool, ExitStatusPassesThrough) {
@@ -60,7 +60,7 @@ TEST(RunTool, TerminatingSignalPassesThrough) {
   r = run_tool({"--lib", g_dummy, "--", "sh", "-c", "kill -KILL $$"});
   EXPECT_EQ(r.term_signal(), SIGKILL) << r.describe();
   // ...which a shell reports as 128 + 15.
-  r = test::spawn({"sh", "-c", "\"$0\" --lib \"$1\" -- sh -c 'kill -TERM $$'; echo \"status=$?\"", g_tool, g_dummy},
+  r = spawn({"sh", "-c", "\"$0\" --lib \"$1\" -- sh -c 'kill -TERM $$'; echo \"status=$?\"", g_tool, g_dummy},
                   clean_env());
   EXPECT_EQ(r.exit_code(), 0) << r.describe();
   EXPECT_NE(r.out.find("status=143"), std::string::npos) << r.describe();
@@ -191,10 +191,13 @@ TEST(RealLibrary, StatsJsonAtExit) {
   const auto open = r.err.find('{');
   const auto close = r.err.rfind('}');
   ASSERT_TRUE(open != std::string::npos && close != std::string::npos && close > open) << r.err;
-  std::string error;
-  const auto stats = parse_json(std::string_view(r.err).substr(open, close - open + 1), &error);
-  ASSERT_TRUE(stats) << error << "\n" << r.err;
-  EXPECT_TRUE(stats->is_object());
+  nlohmann::json stats;
+  try {
+    stats = nlohmann::json::parse(std::string_view(r.err).substr(open, close - open + 1));
+  } catch (const nlohmann::json::parse_error& e) {
+    FAIL() << e.what() << "\n" << r.err;
+  }
+  EXPECT_TRUE(stats.is_object()) << r.err;
 }
 
 }  // namespace

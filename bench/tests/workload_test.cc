@@ -19,7 +19,7 @@
 
 #include "harness/args.h"
 #include "harness/result.h"
-#include "spawn.h"
+#include "test_util.h"
 
 namespace lazybench {
 namespace {
@@ -35,11 +35,10 @@ std::string slurp(const std::filesystem::path& p) {
 
 TEST(Workload, RunsQuicklyAndReportsItsMetric) {
   if (g_workload.empty()) GTEST_SKIP() << "no --workload given";
-  test::SpawnOptions opts;
-  opts.timeout_s = 30;
+  auto opts = test::options();
   if (g_preload.empty()) opts.env["LD_PRELOAD"] = std::nullopt;
   else opts.env["LD_PRELOAD"] = g_preload;
-  const auto r = test::spawn({g_lazybench, "run", g_workload, "--quick"}, opts);
+  const auto r = spawn({g_lazybench, "run", g_workload, "--quick"}, opts);
   ASSERT_EQ(r.exit_code(), 0) << r.describe();
   std::string error;
   const auto result = find_result(r.out, &error);
@@ -82,9 +81,9 @@ TEST(Workload, PhasesWritesTimeSeries) {
   if (g_workload != "phases") GTEST_SKIP() << "only for phases";
   const auto file = std::filesystem::temp_directory_path() /
                     ("lazybench-series-" + std::to_string(::getpid()) + ".tsv");
-  test::SpawnOptions opts;
+  auto opts = test::options();
   opts.env["LD_PRELOAD"] = g_preload.empty() ? std::nullopt : std::optional<std::string>(g_preload);
-  const auto r = test::spawn({g_lazybench, "run", "phases", "--quick", "--series", file.string()}, opts);
+  const auto r = spawn({g_lazybench, "run", "phases", "--quick", "--series", file.string()}, opts);
   ASSERT_EQ(r.exit_code(), 0) << r.describe();
   std::istringstream in(slurp(file));
   std::filesystem::remove(file);
@@ -108,7 +107,7 @@ TEST(Workload, PhasesWritesTimeSeries) {
 
 TEST(Workload, ListMatchesTheTestedSet) {
   if (g_expect.empty()) GTEST_SKIP() << "no --expect-workloads given";
-  const auto r = test::spawn({g_lazybench, "--list"});
+  const auto r = spawn({g_lazybench, "--list"}, test::options());
   ASSERT_EQ(r.exit_code(), 0) << r.describe();
   std::vector<std::string> listed, headline;
   std::istringstream in(r.out);
@@ -130,13 +129,13 @@ TEST(Workload, ListMatchesTheTestedSet) {
 
 TEST(Workload, RunRejectsUnknownWorkloadAndShowsHelp) {
   if (g_expect.empty()) GTEST_SKIP();
-  auto r = test::spawn({g_lazybench, "run", "no-such-workload"});
+  auto r = spawn({g_lazybench, "run", "no-such-workload"}, test::options());
   EXPECT_EQ(r.exit_code(), 2) << r.describe();
   EXPECT_NE(r.err.find("unknown workload"), std::string::npos);
-  r = test::spawn({g_lazybench, "run", "ebizzy", "--help"});
+  r = spawn({g_lazybench, "run", "ebizzy", "--help"}, test::options());
   EXPECT_EQ(r.exit_code(), 0) << r.describe();
   EXPECT_NE(r.out.find("--chunk-size"), std::string::npos) << r.out;
-  r = test::spawn({g_lazybench, "compare", "no-such-workload"});
+  r = spawn({g_lazybench, "compare", "no-such-workload"}, test::options());
   EXPECT_EQ(r.exit_code(), 2) << r.describe();
 }
 
@@ -155,9 +154,9 @@ TEST(Compare, SmallComparisonWritesReport) {
     argv.push_back("--lib");
     argv.push_back(g_lib);
   }
-  test::SpawnOptions opts;
+  auto opts = test::options();
   opts.timeout_s = 60;
-  const auto r = test::spawn(argv, opts);
+  const auto r = spawn(argv, opts);
   ASSERT_EQ(r.exit_code(), 0) << r.describe();
   const std::size_t n_alloc = g_lib.empty() ? 1 : 2;
   // Progress lines on stderr, one per run.
