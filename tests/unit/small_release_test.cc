@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/options.h"
+#include "fake_platform.h"
 #include "frontend/heap.h"
 
 namespace lazymalloc {
@@ -119,6 +120,44 @@ TEST_P(SmallRelease, AnIdleOwnersRemoteFreesGoBackWithoutIt) {
   cv.notify_all();
   worker.join();
   EXPECT_EQ(lm_check_invariants(), nullptr);
+}
+
+// Without the process barrier (membarrier refused), a collector cannot
+// tell that a quiet thread is outside its slow path: it claims nothing and
+// changes nothing; once the barrier works again it collects.
+TEST(SmallReleaseFaults, NoProcessBarrierNoCollection) {
+  option_set(unsigned(Opt::background), 0);
+  lm_init();
+  test::FakePlatform fake;
+  lm_thread_collect();
+  const uint64_t spans0 = stat("small_spans");
+  std::vector<void*> v(1000);
+  std::atomic<int> phase{0};
+  std::thread worker([&] {
+    for (auto& p : v) p = lm_malloc(4000);
+    phase.store(1);
+    while (phase.load() != 2) std::this_thread::yield();
+  });
+  while (phase.load() != 1) std::this_thread::yield();
+  for (void* p : v) lm_free(p);
+  lm_thread_collect();
+  const uint64_t grown = stat("small_spans") - spans0;
+  ASSERT_GE(grown, 4u);
+  lm_set_platform(fake.get());
+  fake.barrier_fault.fail_every();
+  const uint64_t t0 = 1000 * kSecond, idle = kSecond;
+  lm_collect_idle_heaps(t0, idle);
+  EXPECT_EQ(lm_collect_idle_heaps(t0 + idle, idle), 0u);
+  EXPECT_GE(fake.barrier_fault.failures, 1u);
+  EXPECT_EQ(stat("small_spans") - spans0, grown);
+  EXPECT_EQ(stat("idle_heap_collections"), 0u);
+  fake.barrier_fault.heal();
+  EXPECT_GE(lm_collect_idle_heaps(t0 + idle, idle), grown - 3);
+  EXPECT_LE(stat("small_spans"), spans0 + 1);
+  phase.store(2);
+  worker.join();
+  EXPECT_EQ(lm_check_invariants(), nullptr);
+  lm_set_platform(&pal::linux_platform());
 }
 
 // Threads that allocate, hand objects to each other, check their contents
