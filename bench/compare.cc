@@ -1,5 +1,6 @@
 #include "compare.h"
 
+#include <fnmatch.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -145,6 +146,20 @@ int compare_command(const CompareOptions& opt) {
         for (const auto& w : workload_registry())
           if (w.in_all && std::find(workloads.begin(), workloads.end(), &w) == workloads.end())
             workloads.push_back(&w);
+        continue;
+      }
+      if (name.find_first_of("*?[") != std::string::npos) {
+        // A pattern ('idle-release-*'): every workload whose name matches, listed or not in `all`.
+        std::size_t matched = 0;
+        for (const auto& w : workload_registry()) {
+          if (::fnmatch(name.c_str(), w.name.c_str(), 0) != 0) continue;
+          ++matched;
+          if (std::find(workloads.begin(), workloads.end(), &w) == workloads.end()) workloads.push_back(&w);
+        }
+        if (matched == 0) {
+          std::cerr << "lazybench compare: no workload matches '" << name << "' (see lazybench --list)\n";
+          return 2;
+        }
         continue;
       }
       const WorkloadInfo* w = find_workload(name);

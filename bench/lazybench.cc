@@ -65,7 +65,7 @@ int main(int argc, char** argv) {
       "compare", "Run workloads under several allocators, report medians and ratios, write DIR/results.{md,csv} and plots");
   compare->add_option("workloads", copt.workloads,
                       "Workloads to run (default: the headline set ebizzy-1t ebizzy-2t phases malloc-large; "
-                      "'all': every workload)");
+                      "'all': every workload; a pattern such as 'idle-release-*': those it matches)");
   compare->add_option("--reps", copt.reps, "Repetitions per workload and allocator")->capture_default_str();
   compare->add_option("--allocators", copt.allocators,
                       "Comma list of allocators: lazymalloc, glibc, jemalloc, jemalloc-bg, jemalloc-free, tcmalloc, mimalloc, "

@@ -10,7 +10,9 @@ namespace lazybench {
 
 namespace {
 
-enum class Set { kHeadline, kAll, kVariantBase };
+// kOnRequest: run only when named (idle-release's variants sleep 8 s each,
+// too long for `compare all`).
+enum class Set { kHeadline, kAll, kVariantBase, kOnRequest };
 
 WorkloadInfo entry(std::string name, std::string description, std::unique_ptr<Workload> (*make)(),
                    std::vector<std::string> fixed, std::vector<std::string> compare,
@@ -25,7 +27,7 @@ WorkloadInfo entry(std::string name, std::string description, std::unique_ptr<Wo
   w.headline = set == Set::kHeadline;
   // A base whose variants are listed (ebizzy -> ebizzy-1t, ebizzy-2t) is
   // runnable but not repeated in `compare all`.
-  w.in_all = set != Set::kVariantBase;
+  w.in_all = set == Set::kHeadline || set == Set::kAll;
   return w;
 }
 
@@ -67,6 +69,23 @@ const std::vector<WorkloadInfo>& workload_registry() {
       entry("mixed", "espresso/cfrac-like mixed sizes, live set with random lifetimes (allocs/s)", make_mixed,
             {}, {"-S", "2"}, {"-S", "0.3"}, Set::kAll),
     };
+    // idle-release and its 16 variants idle-release-{a,b,c,d}-{64,1000,4000,30000}
+    // (issue #13's cases and sizes): `lazybench compare 'idle-release-*'` runs them all.
+    const std::vector<std::string> idle_compare = {}, idle_quick = {"--total", "8M", "--idle", "0.2"};
+    list.push_back(entry("idle-release",
+                         "small objects allocated, freed (case a-d), then idle: held MiB above the start (see --case)",
+                         make_idle_release, {}, idle_compare, idle_quick, Set::kOnRequest));
+    for (const char* c : {"a", "b", "c", "d"}) {
+      for (const char* size : {"64", "1000", "4000", "30000"}) {
+        static const char* const kCase[] = {"one thread frees all", "a worker frees all, blocks",
+                                            "main frees a worker's objects", "one thread frees a random 90%"};
+        list.push_back(entry(std::string("idle-release-") + c + "-" + size,
+                             std::string("idle-release ") + c + " (" + kCase[c[0] - 'a'] + "), " + size +
+                                 " B objects (held MiB above the start)",
+                             make_idle_release, {"--case", c, "--size", size}, idle_compare, idle_quick,
+                             Set::kOnRequest));
+      }
+    }
     for (auto& w : list)
       if (w.name == "phases") w.series_option = "--series";
     return list;

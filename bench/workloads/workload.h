@@ -112,5 +112,6 @@ std::unique_ptr<Workload> make_huge_free();
 std::unique_ptr<Workload> make_alloc_pair();
 std::unique_ptr<Workload> make_realloc_grow();
 std::unique_ptr<Workload> make_mixed();
+std::unique_ptr<Workload> make_idle_release();
 
 }  // namespace lazybench
