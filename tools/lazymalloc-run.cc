@@ -1,6 +1,7 @@
 // lazymalloc-run: run a program on lazymalloc.
 //
 //   lazymalloc-run [options] [--] PROGRAM [ARGS...]
+//   lazymalloc-run --list-options[=markdown]
 //
 // Sets LD_PRELOAD to liblazymalloc.so (prepended to any LD_PRELOAD already
 // set), turns `-o NAME=VALUE` into LAZYMALLOC_NAME=VALUE and `--stats` into
@@ -21,6 +22,8 @@
 #include <iostream>
 
 #include "lazymalloc-run-args.h"
+#include "lazymalloc/version.h"
+#include "option-table.h"
 
 namespace {
 
@@ -66,7 +69,7 @@ int main(int argc, char** argv) {
   app.prefix_command();  // the first non-option word is PROGRAM; everything after it is left alone
   std::string lib;
   std::vector<std::string> options;
-  std::string stats;
+  std::string stats, list_options;
   bool verbose = false, print_env = false, version = false;
   app.add_option("--lib", lib,
                  "liblazymalloc.so to preload (default: $LAZYMALLOC_LIB, else the build tree's library, else the "
@@ -78,6 +81,9 @@ int main(int argc, char** argv) {
                "Print lazymalloc's statistics to stderr at exit: --stats (text) or --stats=json");
   app.add_flag("-v,--verbose", verbose, "Print the environment being set to stderr before running PROGRAM");
   app.add_flag("--print-env", print_env, "Print the variables that would be set, one per line, and exit");
+  app.add_flag("--list-options{text}", list_options,
+               "Print every lazymalloc option (name, default, description, values) and exit; "
+               "--list-options=markdown prints the table of docs/options.md");
   app.add_flag("--version", version, "Print the version and exit");
   app.footer(
       "Exit status: PROGRAM's own (the wrapper execs it, so a signal that kills PROGRAM kills it as seen by the\n"
@@ -91,7 +97,20 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : lr::kExitUsage;
   }
   if (version) {
-    std::cout << kName << " " << LAZYMALLOC_RUN_VERSION << '\n';
+    std::cout << kName << " " << LAZYMALLOC_VERSION << '\n';
+    return 0;
+  }
+  if (!list_options.empty()) {
+    using lazymalloc_docs::OptionTable;
+    if (list_options != "text" && list_options != "markdown") {
+      std::cerr << kName << ": bad --list-options value '" << list_options << "': use text or markdown\n";
+      return lr::kExitUsage;
+    }
+    if (list_options == "text") {
+      std::cout << "Set an option with -o NAME=VALUE, or as LAZYMALLOC_NAME=VALUE in the environment.\n\n";
+    }
+    std::cout << lazymalloc_docs::option_table(list_options == "text" ? OptionTable::kText
+                                                                        : OptionTable::kMarkdownFull);
     return 0;
   }
 

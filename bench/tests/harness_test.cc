@@ -28,6 +28,9 @@
 #ifdef LAZYBENCH_HAVE_RUN_ARGS
 #include "lazymalloc-run-args.h"
 #endif
+#ifdef LAZYBENCH_HAVE_OPTION_TABLE
+#include "option-table.h"
+#endif
 
 namespace lazybench {
 namespace {
@@ -610,6 +613,64 @@ TEST(RunToolArgs, LibraryChoiceOrder) {
   EXPECT_TRUE(lr::looks_like_elf("/bin/sh"));
 }
 #endif
+
+#ifdef LAZYBENCH_HAVE_OPTION_TABLE
+const lazymalloc::OptionInfo& option_info(const char* name) {
+  const unsigned o = lazymalloc::option_find(name);
+  EXPECT_LT(o, lazymalloc::kOptionCount) << name;
+  return lazymalloc::kOptionInfo[o < lazymalloc::kOptionCount ? o : 0];
+}
+
+TEST(OptionTable, Columns) {
+  namespace d = lazymalloc_docs;
+  EXPECT_EQ(d::option_env_var(option_info("background_interval_ms")), "LAZYMALLOC_BACKGROUND_INTERVAL_MS");
+  EXPECT_EQ(d::option_default(option_info("purge")), "adaptive");
+  EXPECT_EQ(d::option_default(option_info("purge_batch")), "32M");
+  EXPECT_EQ(d::option_default(option_info("arena_reserve")), "1G");
+  EXPECT_EQ(d::option_default(option_info("decay_ms")), "1000 ms");
+  EXPECT_EQ(d::option_default(option_info("memory_limit")), "0");
+  EXPECT_EQ(d::option_default(option_info("release_workers")), "4");
+  EXPECT_EQ(d::option_values(option_info("purge_batch")),
+            "bytes, 64K to 1T (suffix K, M, G or T: powers of 1024)");
+  EXPECT_EQ(d::option_values(option_info("stats")), "`off`, `text`, `json` (or the index, 0 to 2)");
+  EXPECT_EQ(d::option_values(option_info("release_workers")), "0 to 64");
+}
+
+// What the table shows as the default is something a user can type: it
+// parses back to the default (times written without the space: "1000ms").
+TEST(OptionTable, DefaultsParseBack) {
+  for (unsigned o = 0; o < lazymalloc::kOptionCount; ++o) {
+    std::string shown = lazymalloc_docs::option_default(lazymalloc::kOptionInfo[o]);
+    if (shown.ends_with(" ms")) shown.erase(shown.size() - 3, 1);
+    int64_t v = -1;
+    EXPECT_TRUE(lazymalloc::option_parse(o, shown.c_str(), &v)) << lazymalloc::kOptionInfo[o].name << ": " << shown;
+    EXPECT_EQ(v, lazymalloc::kOptionInfo[o].def) << lazymalloc::kOptionInfo[o].name << ": " << shown;
+  }
+}
+
+// Every Markdown row has its columns (no '|' in a cell ends it early), one
+// row per option, in the table's order.
+TEST(OptionTable, MarkdownRows) {
+  using lazymalloc_docs::OptionTable;
+  for (auto [form, columns] : {std::pair{OptionTable::kMarkdownFull, 5}, std::pair{OptionTable::kMarkdownShort, 3}}) {
+    std::istringstream in(lazymalloc_docs::option_table(form));
+    std::vector<std::string> lines;
+    for (std::string line; std::getline(in, line);) lines.push_back(line);
+    ASSERT_EQ(lines.size(), lazymalloc::kOptionCount + 2u);
+    for (size_t i = 0; i < lines.size(); ++i) {
+      int bars = 0;
+      for (size_t k = 0; k < lines[i].size(); ++k) bars += lines[i][k] == '|' && (k == 0 || lines[i][k - 1] != '\\');
+      EXPECT_EQ(bars, columns + 1) << lines[i];
+      if (i >= 2) {
+        const auto& info = lazymalloc::kOptionInfo[i - 2];
+        const std::string var = std::string("`").append(lazymalloc_docs::option_env_var(info)).append("`");
+        EXPECT_NE(lines[i].find(var), std::string::npos) << lines[i];
+      }
+    }
+  }
+}
+#endif
+
 
 }  // namespace
 }  // namespace lazybench

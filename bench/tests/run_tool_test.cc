@@ -14,9 +14,12 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include "lazymalloc/version.h"
+#include "option-table.h"
 #include "test_util.h"
 
 namespace lazybench {
@@ -162,7 +165,43 @@ TEST(RunTool, HelpAndVersion) {
   EXPECT_NE(r.out.find("127"), std::string::npos);
   r = run_tool({"--version"});
   EXPECT_EQ(r.exit_code(), 0);
-  EXPECT_EQ(r.out.rfind("lazymalloc-run ", 0), 0u);
+  EXPECT_EQ(r.out, "lazymalloc-run " LAZYMALLOC_VERSION "\n");
+}
+
+TEST(RunTool, ListOptions) {
+  // Needs neither a program nor a library.
+  auto r = run_tool({"--lib", "/nonexistent/liblazymalloc.so", "--list-options"});
+  ASSERT_EQ(r.exit_code(), 0) << r.describe();
+  EXPECT_EQ(r.err, "");
+  // One entry per option of the table: a line that starts with its name
+  // and its default.
+  for (unsigned o = 0; o < lazymalloc::kOptionCount; ++o) {
+    const auto& info = lazymalloc::kOptionInfo[o];
+    const std::string name = info.name;
+    const std::string def = lazymalloc_docs::option_default(info);
+    bool found = false;
+    std::istringstream in(r.out);
+    for (std::string line; std::getline(in, line);) {
+      if (line.rfind(name + ' ', 0) != 0) continue;
+      const auto at = line.find_first_not_of(' ', name.size());
+      found = at != std::string::npos && line.compare(at, def.size() + 1, def + ' ') == 0;
+      break;
+    }
+    EXPECT_TRUE(found) << "no line '" << name << "  " << def << " ...' in:\n" << r.out;
+  }
+  EXPECT_NE(r.out.find("decay_ms                1000 ms   free 2 MiB slots idle this long"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("values: adaptive, decay, eager, never"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find('`'), std::string::npos) << "Markdown marks in the text form:\n" << r.out;
+
+  // The Markdown form is the table of docs/options.md.
+  r = run_tool({"--list-options=markdown"});
+  ASSERT_EQ(r.exit_code(), 0) << r.describe();
+  EXPECT_EQ(r.out, lazymalloc_docs::option_table(lazymalloc_docs::OptionTable::kMarkdownFull));
+  EXPECT_NE(r.out.find("| `decay_ms` | `LAZYMALLOC_DECAY_MS` | 1000 ms |"), std::string::npos) << r.out;
+
+  r = run_tool({"--list-options=xml"});
+  EXPECT_EQ(r.exit_code(), 2) << r.describe();
+  EXPECT_NE(r.err.find("bad --list-options value 'xml'"), std::string::npos) << r.err;
 }
 
 TEST(RealLibrary, DefaultLibraryRunsProgramsAndPassesStatus) {

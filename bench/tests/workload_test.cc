@@ -87,9 +87,9 @@ TEST(Workload, RunsQuicklyAndReportsItsMetric) {
 // hang together (the allocator's own behaviour is not judged here).
 TEST(Workload, IdleReleaseReportsConsistentFigures) {
   if (!is_idle_release()) GTEST_SKIP() << "only for idle-release";
-  test::SpawnOptions opts;
+  auto opts = test::options();
   opts.env["LD_PRELOAD"] = g_preload.empty() ? std::nullopt : std::optional<std::string>(g_preload);
-  const auto r = test::spawn({g_lazybench, "run", g_workload, "--total", "6M", "--idle", "0.05", "--lazy-wait",
+  const auto r = spawn({g_lazybench, "run", g_workload, "--total", "6M", "--idle", "0.05", "--lazy-wait",
                               "0.05", "--seed", "7"},
                              opts);
   ASSERT_EQ(r.exit_code(), 0) << r.describe();
@@ -139,7 +139,7 @@ TEST(Workload, IdleReleaseRejectsBadOptions) {
                                               std::vector<std::string>{"--size", "8K", "--total", "4K"}}) {
     std::vector<std::string> argv = {g_lazybench, "run", "idle-release", "--quick"};
     argv.insert(argv.end(), bad.begin(), bad.end());
-    const auto r = test::spawn(argv);
+    const auto r = spawn(argv, test::options());
     EXPECT_EQ(r.exit_code(), 2) << r.describe();
   }
 }
@@ -269,9 +269,9 @@ TEST(Compare, PatternSelectsMatchingWorkloads) {
   namespace fs = std::filesystem;
   const std::string out = g_compare_out + "-pattern";
   fs::remove_all(out);
-  test::SpawnOptions opts;
+  auto opts = test::options();
   opts.timeout_s = 60;
-  auto r = test::spawn({g_lazybench, "compare", "idle-release-d-*", "--quick", "--reps", "1", "--allocators", "glibc",
+  auto r = spawn({g_lazybench, "compare", "idle-release-d-*", "--quick", "--reps", "1", "--allocators", "glibc",
                         "--no-plots", "--out", out},
                        opts);
   ASSERT_EQ(r.exit_code(), 0) << r.describe();
@@ -283,7 +283,7 @@ TEST(Compare, PatternSelectsMatchingWorkloads) {
   EXPECT_NE(md.find("### idle-release-d-30000"), std::string::npos);
   EXPECT_NE(md.find("MiB (lower better)"), std::string::npos) << md;
   fs::remove_all(out);
-  r = test::spawn({g_lazybench, "compare", "no-such-*", "--quick", "--out", out});
+  r = spawn({g_lazybench, "compare", "no-such-*", "--quick", "--out", out}, test::options());
   EXPECT_EQ(r.exit_code(), 2) << r.describe();
   EXPECT_NE(r.err.find("no workload matches 'no-such-*'"), std::string::npos) << r.err;
 }

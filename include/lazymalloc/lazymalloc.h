@@ -18,6 +18,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* LAZYMALLOC_VERSION ("MAJOR.MINOR.PATCH") and LAZYMALLOC_VERSION_MAJOR,
+ * _MINOR, _PATCH: the version this header belongs to. */
+#include <lazymalloc/version.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -27,10 +31,6 @@ extern "C" {
 #else
 #define LAZYMALLOC_API
 #endif
-
-#define LAZYMALLOC_VERSION_MAJOR 0
-#define LAZYMALLOC_VERSION_MINOR 1
-#define LAZYMALLOC_VERSION_PATCH 0
 
 /* The allocator under its own names.  They behave exactly like the standard
  * functions (errno included) and work whether or not the standard names are
@@ -45,7 +45,8 @@ LAZYMALLOC_API int lazymalloc_posix_memalign(void** out, size_t alignment, size_
 LAZYMALLOC_API void lazymalloc_free(void* ptr);
 LAZYMALLOC_API size_t lazymalloc_usable_size(const void* ptr);
 
-/* "0.1.0": the version of the library actually loaded. */
+/* The version of the library actually loaded ("MAJOR.MINOR.PATCH"), which
+ * may differ from LAZYMALLOC_VERSION, the header's. */
 LAZYMALLOC_API const char* lazymalloc_version(void);
 
 /* Print all statistics to stderr, as text (json == 0) or as one JSON object. */

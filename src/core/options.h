@@ -2,11 +2,12 @@
 //
 // Each option is read at start-up from the environment variable
 // LAZYMALLOC_<NAME> (NAME upper-cased), e.g. LAZYMALLOC_DECAY_MS=500.
-// Sizes accept K/M/G suffixes (powers of 1024); booleans accept
+// Sizes accept K/M/G/T suffixes (powers of 1024), times ms or s; booleans accept
 // 1/0/true/false/yes/no/on/off; enumerations accept a name or its index.
 // A malformed value is reported on stderr and the default kept.
-// docs/options.md is generated from the same table (tools: lazymalloc-run
-// --list-options prints it).
+// docs/options.md and the README's options table are generated from this
+// table (build/lazymalloc-gen-docs --update; ctest's docs.generated fails
+// when they differ), and `lazymalloc-run --list-options` prints it.
 #pragma once
 
 #include <atomic>
@@ -20,64 +21,77 @@ class Writer;
 enum class OptKind : uint8_t { kBool, kInt, kSize, kMillis, kEnum };
 
 // X(name, kind, default, min, max, enum choices ("a|b|c") or nullptr, doc)
+//
+// The doc strings are the reference: docs/options.md, the README's options
+// table and `lazymalloc-run --list-options` print them (tools/option-table.cc),
+// so they may use `code` spans and end without a full stop.
 #define LAZYMALLOC_OPTIONS(X)                                                              \
   X(stats, kEnum, 0, 0, 2, "off|text|json",                                                \
-    "print statistics to stderr when the process exits (1 = text)")                         \
+    "print statistics to stderr when the process exits: `text` (or `1`) or `json`; "       \
+    "docs/stats.md names every counter")                                                    \
   X(verbose, kBool, 0, 0, 1, nullptr,                                                      \
-    "report option problems and unusual events (failed madvise, fallbacks) on stderr")     \
+    "report unknown `LAZYMALLOC_*` variables and unusual events (failed `madvise`, "       \
+    "fallbacks) on stderr; bad values are reported without it")                            \
   X(purge, kEnum, 0, 0, 3, "adaptive|decay|eager|never",                                   \
-    "release policy: adaptive gives back memory idle for decay_ms, with hysteresis (a "    \
-    "slot reused soon after a purge waits longer next time); decay is the same without "   \
-    "hysteresis; eager purges on every free; never keeps everything until malloc_trim or " \
-    "lazymalloc_purge.  Pressure and limits act under every policy but never")             \
+    "release policy: `adaptive` gives back memory idle for `decay_ms`, with hysteresis "   \
+    "(a slot reused soon after a purge waits twice as long next time, up to 32x, then is " \
+    "pinned while the process is busy); `decay` is the same without hysteresis; `eager` "  \
+    "purges at every free, like glibc's arenas; `never` keeps everything until "           \
+    "`malloc_trim` or `lazymalloc_purge`.  Pressure and limits act under every policy "    \
+    "but `never`")                                                                          \
   X(purge_advice, kEnum, 0, 0, 2, "auto|free|dontneed",                                     \
-    "how idle memory is given back: MADV_FREE (lazy: pages stay until the kernel needs "   \
-    "them), MADV_DONTNEED (Rss drops at once), or auto (MADV_FREE; MADV_DONTNEED inside a " \
-    "memory-limited cgroup, where lazily freed pages still count against the limit, and "  \
-    "wherever the kernel refuses MADV_FREE).  Pressure and limits always use DONTNEED")    \
+    "how idle memory is given back: `free` (`MADV_FREE`: lazy, the pages stay until the "  \
+    "kernel needs them), `dontneed` (`MADV_DONTNEED`: Rss drops at once), or `auto` "      \
+    "(`MADV_FREE`; `MADV_DONTNEED` inside a memory-limited cgroup, where lazily freed "    \
+    "pages still count against the limit, and wherever the kernel refuses `MADV_FREE`).  " \
+    "Pressure and limits always use `MADV_DONTNEED`")                                      \
   X(decay_ms, kMillis, 1000, 0, 3600000, nullptr,                                          \
-    "free 2 MiB slots unused this long are given back (background thread)")                \
+    "free 2 MiB slots idle this long are given back (by the background thread)")           \
   X(partial_decay_ms, kMillis, 4000, 0, 3600000, nullptr,                                  \
     "free 64 KiB units inside slots that still hold live data wait this long: purging "    \
     "them splits a transparent hugepage")                                                  \
   X(memory_limit, kSize, 0, 0, int64_t(1) << 50, nullptr,                                   \
-    "soft limit (0 = none): when active + retained + lazy bytes exceed it, free memory is "  \
-    "purged with MADV_DONTNEED, oldest first, until they do not")                           \
+    "soft limit (0 = none): when active + retained + lazy bytes exceed it, free memory is " \
+    "purged with `MADV_DONTNEED`, oldest first, until they do not")                         \
   X(memory_limit_hard, kSize, 0, 0, int64_t(1) << 50, nullptr,                              \
-    "hard limit on bytes in use (0 = none): allocations beyond it fail with ENOMEM")        \
+    "hard limit on bytes in use (0 = none): allocations beyond it fail with `ENOMEM`")      \
   X(pressure, kBool, 1, 0, 1, nullptr,                                                     \
-    "watch memory pressure (PSI stall time, cgroup limits, MemAvailable) from the background " \
-    "thread and purge free memory when the machine needs it")                              \
+    "watch memory pressure from the background thread (PSI stall time in the cgroup's "    \
+    "`memory.pressure` or `/proc/pressure/memory`, cgroup v2/v1 limits, `MemAvailable`, "  \
+    "read every 250 ms; no descriptor stays open) and purge free memory when the machine " \
+    "needs it")                                                                             \
   X(purge_batch, kSize, 32 << 20, 64 << 10, int64_t(1) << 40, nullptr,                      \
-    "largest range given to one madvise call, and most bytes taken per allocator-lock "    \
-    "hold by the purger, so concurrent page faults and allocations are not starved")       \
+    "largest range given to one `madvise` call, and most bytes taken per allocator-lock "  \
+    "hold by the purger, so concurrent page faults and allocations are not starved; each " \
+    "batch of ranges goes to the kernel in one `process_madvise` call where it accepts it") \
   X(background, kBool, 1, 0, 1, nullptr,                                                   \
     "run decay purges on a background thread (started on first need); without it, "        \
-    "purges run inline from free() at most once per background_interval_ms")              \
+    "purges run inline from `free()` at most once per `background_interval_ms`")            \
   X(background_interval_ms, kMillis, 100, 1, 60000, nullptr,                               \
     "how often the background thread looks for idle memory")                               \
   X(arena_reserve, kSize, int64_t(1) << 30, 4 << 20, int64_t(1) << 40, nullptr,            \
-    "address space reserved at a time (no memory is committed by reserving); halved on "   \
-    "failure, e.g. under RLIMIT_AS")                                                        \
+    "address space reserved at a time (reserving commits no memory); halved on failure, "  \
+    "e.g. under `RLIMIT_AS`")                                                               \
   X(hugepages, kBool, 1, 0, 1, nullptr,                                                    \
-    "advise arenas with MADV_HUGEPAGE so that 2 MiB slots are backed by transparent "      \
-    "hugepages where the system allows (THP 'madvise' or 'always')")                         \
+    "advise arenas with `MADV_HUGEPAGE` so that 2 MiB slots are backed by transparent "    \
+    "hugepages where the system allows (THP `madvise` or `always`)")                       \
   X(huge_retain, kSize, 64 << 20, 0, int64_t(1) << 50, nullptr,                            \
     "a freed huge block (over 1 MiB) stays resident for reuse while the allocator's "      \
-    "RETAINED bytes stay within this budget (doubled for each hysteresis step of its "     \
+    "retained bytes stay within this budget (doubled for each hysteresis step of its "     \
     "range: big buffers that keep coming back stay); otherwise release workers give it "   \
-    "back at once.  0 under memory pressure, an exceeded soft limit or purge=eager")       \
+    "back at once.  0 under memory pressure, an exceeded soft limit or `purge=eager`")     \
   X(release_workers, kInt, 4, 0, 64, nullptr,                                              \
-    "threads that give freed huge blocks back to the kernel in parallel, in purge_batch "  \
-    "chunks (at most the number of CPUs; started on first need, exit when idle); 0 "       \
-    "releases inside free()")                                                              \
+    "threads that give freed huge blocks back to the kernel in parallel, `purge_batch` "   \
+    "bytes at a time (at most the number of CPUs; started on first need, exit when "       \
+    "idle); 0 releases inside `free()`")                                                    \
   X(release_backlog, kSize, int64_t(4) << 30, 0, int64_t(1) << 50, nullptr,                \
-    "bytes of freed huge blocks waiting for release beyond which free() helps the "        \
-    "workers instead of letting the backlog grow")                        \
+    "bytes of freed huge blocks waiting for release beyond which `free()` helps the "      \
+    "workers instead of letting the backlog grow")                                         \
   X(secure, kBool, 0, 0, 1, nullptr,                                                       \
-    "secure mode (read at start-up only): guard page after large and huge blocks, random " \
-    "allocation order in new spans, encoded free-list links, freed objects filled with "   \
-    "0xdf and held in a per-thread quarantine before reuse")                        \
+    "secure mode (read at start-up only): a `PROT_NONE` guard page right after every "     \
+    "large and huge block, random allocation order in new spans, encoded free-list "       \
+    "links, freed small objects filled with `0xdf` and held in a per-thread FIFO "         \
+    "quarantine (128 objects, 1 MiB) before reuse; costs in docs/reliability.md")          \
   X(discardable_limit, kSize, 0, 0, int64_t(1) << 50, nullptr,                              \
     "most bytes of unlocked discardable blocks kept (0 = no limit): the background thread " \
     "discards the least recently unlocked beyond it")

@@ -2,6 +2,7 @@
 
 #include "core/format.h"
 #include "core/options.h"
+#include "lazymalloc/version.h"
 
 namespace lazymalloc {
 
@@ -68,9 +69,9 @@ bool stat_find(const char* name, bool* heap_stat, unsigned* index) {
 
 void stats_write(Writer& w, const uint64_t* global, const uint64_t* heap, bool json) {
   if (json) {
-    w.put("{\"version\":\"0.1.0\",\"stats\":{");
+    w.put("{\"version\":\"" LAZYMALLOC_VERSION "\",\"stats\":{");
   } else {
-    w.put("lazymalloc 0.1.0 statistics\n");
+    w.put("lazymalloc " LAZYMALLOC_VERSION " statistics\n");
   }
   for (unsigned i = 0; i < kStatCount; ++i) write_row(w, kStatInfo[i], global[i], json, i == 0);
   if (!json) w.put(" per-thread heaps (sum):\n");

@@ -167,7 +167,7 @@ void lm_init() {
   if (LM_LIKELY(g.init_state.load(std::memory_order_acquire) == 2)) return;
   int expected = 0;
   if (!g.init_state.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
-    while (g.init_state.load(std::memory_order_acquire) != 2) __builtin_ia32_pause();
+    while (g.init_state.load(std::memory_order_acquire) != 2) cpu_relax();
     return;
   }
   options_load(pal::environment(), report_stderr);

@@ -39,7 +39,7 @@ LAZYMALLOC_API int lazymalloc_posix_memalign(void** out, size_t alignment, size_
   return 0;
 }
 
-LAZYMALLOC_API const char* lazymalloc_version(void) { return "0.1.0"; }
+LAZYMALLOC_API const char* lazymalloc_version(void) { return LAZYMALLOC_VERSION; }
 
 LAZYMALLOC_API void lazymalloc_stats_print(int json) { lm_stats_print(json != 0); }
 

@@ -70,7 +70,7 @@ LM_EXPORT int malloc_info(int options, FILE* fp) {
   uint64_t m[5];
   lm_memory_state(m);
   fprintf(fp,
-          "<malloc version=\"lazymalloc-0.1.0\">\n"
+          "<malloc version=\"lazymalloc-" LAZYMALLOC_VERSION "\">\n"
           "<total type=\"reserved\" size=\"%llu\"/>\n"
           "<total type=\"active\" size=\"%llu\"/>\n"
           "<total type=\"retained\" size=\"%llu\"/>\n"

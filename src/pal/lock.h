@@ -1,6 +1,7 @@
 // A futex-based mutex (three-state: unlocked, locked, locked with waiters).
 // Spins briefly before sleeping.  Constexpr-constructible, so global locks
 // need no static initialisation; reset() re-initialises one in a fork child.
+// cpu_relax() is the pause of every spin-wait loop.
 #pragma once
 
 #include <atomic>
@@ -9,6 +10,21 @@
 #include "pal/pal.h"
 
 namespace lazymalloc {
+
+// One iteration of a spin-wait: tells the CPU that this thread is waiting
+// (x86 `pause`: the sibling hyperthread gets the core and leaving the loop
+// costs no memory-order mis-speculation; aarch64 `yield`, the same hint),
+// and, on every target, a compiler barrier, so that the loop re-reads
+// memory.  The one place that names an architecture's spin instruction.
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __asm__ volatile("pause" ::: "memory");
+#elif defined(__aarch64__)
+  __asm__ volatile("yield" ::: "memory");
+#else
+  __asm__ volatile("" ::: "memory");
+#endif
+}
 
 class Mutex {
  public:
@@ -38,7 +54,7 @@ class Mutex {
         uint32_t expected = 0;
         if (state_.compare_exchange_weak(expected, 1, std::memory_order_acquire)) return;
       }
-      __builtin_ia32_pause();
+      cpu_relax();
     }
     while (state_.exchange(2, std::memory_order_acquire) != 0) pal::futex_wait(&state_, 2, -1);
   }

@@ -88,8 +88,9 @@ def shows_allocations(obj):
 
 
 class Runner:
-    def __init__(self, lib, workdir):
+    def __init__(self, lib, workdir, version):
         self.lib = os.path.abspath(lib)
+        self.version = version
         self.workdir = workdir
         self.stats_objects = 0
         self.steps_checked = 0
@@ -157,7 +158,7 @@ class Runner:
                 f"{step.name}: no lazymalloc JSON statistics on stderr with LAZYMALLOC_STATS=json "
                 f"-- did the preload take effect?\nstderr tail:\n{err[-2000:]}")
         for o in objs:
-            if o.get("version") != "0.1.0":
+            if o.get("version") != self.version:
                 raise CheckFailed(f"{step.name}: statistics report version {o.get('version')!r}")
         if not any(shows_allocations(o) for o in objs):
             raise CheckFailed(f"{step.name}: statistics show no allocations: {objs[0]}")
@@ -241,7 +242,7 @@ def case_python(r):
                        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=TIMEOUT)
     if p.returncode != 0 or p.stdout.strip() != b"488890":
         raise CheckFailed(f"LAZYMALLOC_STATS=1 run failed: {p.returncode} {p.stdout!r}")
-    if b"0.1.0" not in p.stderr:
+    if f"lazymalloc {r.version} statistics".encode() not in p.stderr:
         raise CheckFailed("LAZYMALLOC_STATS=1 printed no text statistics on stderr:\n"
                           + p.stderr.decode(errors="replace")[-2000:])
     print("ok   LAZYMALLOC_STATS=1 prints text statistics")
@@ -452,13 +453,14 @@ def main():
     ap.add_argument("--lib", required=True, help="path to liblazymalloc.so")
     ap.add_argument("--case", required=True, choices=sorted(CASES))
     ap.add_argument("--workdir", required=True)
+    ap.add_argument("--version", required=True, help="the version the statistics must report")
     a = ap.parse_args()
     if not os.path.isfile(a.lib):
         print(f"FAIL: {a.lib} does not exist", file=sys.stderr)
         return 1
     shutil.rmtree(a.workdir, ignore_errors=True)
     os.makedirs(a.workdir)
-    r = Runner(a.lib, os.path.abspath(a.workdir))
+    r = Runner(a.lib, os.path.abspath(a.workdir), a.version)
     try:
         rc = CASES[a.case](r)
     except CheckFailed as e:
