@@ -7,6 +7,9 @@
 //       `lazybench --list` lists exactly these (so none goes untested).
 //   bench_workload_test --lazybench PATH --compare-out DIR [--lib LIB]
 //       a small `lazybench compare` end to end: report, CSV, plots, skips.
+//
+// Each ctest entry selects with --gtest_filter the tests its arguments are
+// for; a test run without its argument fails (it is never skipped).
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -36,8 +39,8 @@ std::string slurp(const std::filesystem::path& p) {
 }
 
 TEST(Workload, RunsQuicklyAndReportsItsMetric) {
-  if (g_workload.empty()) GTEST_SKIP() << "no --workload given";
-  auto opts = test::options();
+  ASSERT_FALSE(g_workload.empty()) << "no --workload given";
+  auto opts = test::options();  // a hang fails (killed), not a slow machine
   if (g_preload.empty()) opts.env["LD_PRELOAD"] = std::nullopt;
   else opts.env["LD_PRELOAD"] = g_preload;
   const auto r = spawn({g_lazybench, "run", g_workload, "--quick"}, opts);
@@ -57,10 +60,6 @@ TEST(Workload, RunsQuicklyAndReportsItsMetric) {
   EXPECT_GT(result->wall_s, 0);
   EXPECT_GT(result->usage.user_s + result->usage.sys_s, 0);
   EXPECT_GT(result->usage.maxrss_kib, 0);
-  // "Well under 2 s" for the workload itself; generous for process start-up
-  // on a loaded machine.
-  EXPECT_LT(result->wall_s, 2.0) << r.out;
-  EXPECT_LT(r.elapsed_s, 10.0);
   // The child really ran on the allocator we meant.
   if (g_preload.empty()) {
     EXPECT_EQ(result->allocator, "glibc");
@@ -86,7 +85,7 @@ TEST(Workload, RunsQuicklyAndReportsItsMetric) {
 // idle-release with a small total and a short idle: the figures it reports
 // hang together (the allocator's own behaviour is not judged here).
 TEST(Workload, IdleReleaseReportsConsistentFigures) {
-  if (!is_idle_release()) GTEST_SKIP() << "only for idle-release";
+  ASSERT_TRUE(is_idle_release()) << "run with an idle-release --workload";
   auto opts = test::options();
   opts.env["LD_PRELOAD"] = g_preload.empty() ? std::nullopt : std::optional<std::string>(g_preload);
   const auto r = spawn({g_lazybench, "run", g_workload, "--total", "6M", "--idle", "0.05", "--lazy-wait",
@@ -133,7 +132,7 @@ TEST(Workload, IdleReleaseReportsConsistentFigures) {
 }
 
 TEST(Workload, IdleReleaseRejectsBadOptions) {
-  if (g_workload != "idle-release") GTEST_SKIP() << "only for idle-release";
+  ASSERT_EQ(g_workload, "idle-release") << "run with --workload idle-release";
   for (const std::vector<std::string>& bad : {std::vector<std::string>{"--case", "e"},
                                               std::vector<std::string>{"--size", "0"},
                                               std::vector<std::string>{"--size", "8K", "--total", "4K"}}) {
@@ -145,7 +144,7 @@ TEST(Workload, IdleReleaseRejectsBadOptions) {
 }
 
 TEST(Workload, PhasesWritesTimeSeries) {
-  if (g_workload != "phases") GTEST_SKIP() << "only for phases";
+  ASSERT_EQ(g_workload, "phases") << "run with --workload phases";
   const auto file = std::filesystem::temp_directory_path() /
                     ("lazybench-series-" + std::to_string(::getpid()) + ".tsv");
   auto opts = test::options();
@@ -159,6 +158,7 @@ TEST(Workload, PhasesWritesTimeSeries) {
   EXPECT_EQ(line.rfind("# t_s\tphase\trss_mib\tlazyfree_mib\theld_mib", 0), 0u);
   int samples = 0;
   double last_t = -1;
+  int last_phase = 0;
   while (std::getline(in, line)) {
     double t, rss, lazy, held, huge;
     int phase;
@@ -166,14 +166,17 @@ TEST(Workload, PhasesWritesTimeSeries) {
     EXPECT_GE(t, last_t);
     EXPECT_GT(rss, 0);
     last_t = t;
+    last_phase = phase;
     ++samples;
   }
-  // 2 phases + gaps + 0.3 s idle at 20 ms: well over 10 samples.
-  EXPECT_GT(samples, 10);
+  // The sampler samples when it starts and when it stops, after the idle
+  // time (phase -1); how many it takes in between depends on timing.
+  EXPECT_GE(samples, 2);
+  EXPECT_EQ(last_phase, -1) << "the last sample is taken after the last phase";
 }
 
 TEST(Workload, ListMatchesTheTestedSet) {
-  if (g_expect.empty()) GTEST_SKIP() << "no --expect-workloads given";
+  ASSERT_FALSE(g_expect.empty()) << "no --expect-workloads given";
   const auto r = spawn({g_lazybench, "--list"}, test::options());
   ASSERT_EQ(r.exit_code(), 0) << r.describe();
   std::vector<std::string> listed, headline;
@@ -195,7 +198,7 @@ TEST(Workload, ListMatchesTheTestedSet) {
 }
 
 TEST(Workload, RunRejectsUnknownWorkloadAndShowsHelp) {
-  if (g_expect.empty()) GTEST_SKIP();
+  ASSERT_FALSE(g_expect.empty()) << "run with the --expect-workloads entry";
   auto r = spawn({g_lazybench, "run", "no-such-workload"}, test::options());
   EXPECT_EQ(r.exit_code(), 2) << r.describe();
   EXPECT_NE(r.err.find("unknown workload"), std::string::npos);
@@ -207,7 +210,7 @@ TEST(Workload, RunRejectsUnknownWorkloadAndShowsHelp) {
 }
 
 TEST(Compare, SmallComparisonWritesReport) {
-  if (g_compare_out.empty()) GTEST_SKIP() << "no --compare-out given";
+  ASSERT_FALSE(g_compare_out.empty()) << "no --compare-out given";
   namespace fs = std::filesystem;
   fs::remove_all(g_compare_out);
   // glibc always exists; "ghost" points at a missing library and must be
@@ -253,19 +256,24 @@ TEST(Compare, SmallComparisonWritesReport) {
     EXPECT_NE(line.find(",1,ok,"), std::string::npos) << line;
   }
   EXPECT_EQ(rows, 2 * 2 * n_alloc);
-  // Series files for phases, one per run, and the plots when gnuplot exists.
+  // Series files for phases, one per run; the plots when gnuplot exists,
+  // else a note that says why there are none (tools/deps.sh installs
+  // gnuplot only with --with-peers).
   EXPECT_TRUE(fs::exists(fs::path(g_compare_out) / "series" / "phases.glibc.rep1.tsv"));
   EXPECT_TRUE(fs::exists(fs::path(g_compare_out) / "logs" / "phases.glibc.rep2.log"));
   if (!resolve_preload("gnuplot", {"/usr/bin", "/usr/local/bin", "/bin"}).empty()) {
     EXPECT_GT(fs::file_size(fs::path(g_compare_out) / "throughput.svg"), 500u);
     EXPECT_GT(fs::file_size(fs::path(g_compare_out) / "phases-memory.svg"), 500u);
     EXPECT_NE(md.find("![throughput.svg](throughput.svg)"), std::string::npos);
+  } else {
+    EXPECT_FALSE(fs::exists(fs::path(g_compare_out) / "throughput.svg"));
+    EXPECT_NE(md.find("gnuplot not found: no plots"), std::string::npos) << md;
   }
 }
 
 // A pattern names every workload it matches, including those outside `all`.
 TEST(Compare, PatternSelectsMatchingWorkloads) {
-  if (g_compare_out.empty()) GTEST_SKIP() << "no --compare-out given";
+  ASSERT_FALSE(g_compare_out.empty()) << "no --compare-out given";
   namespace fs = std::filesystem;
   const std::string out = g_compare_out + "-pattern";
   fs::remove_all(out);

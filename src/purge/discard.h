@@ -124,6 +124,9 @@ class Discardable {
   void refresh_stats();
   // Tests: the state word of block `p` (0 if not a block).
   uint64_t state_of(const void* p) const;
+  // Tests: threads inside lock() or free() waiting for a discard batch to
+  // settle a DISCARDING block (registered before they sleep).
+  uint32_t waiters() const { return waiters_.load(); }
 
   void fork_prepare() {
     pass_lock_.lock();

@@ -142,14 +142,56 @@ TEST(OperatorNew, NewExpressionsUseTheRightForms) {
   for (void* v : keep) delete static_cast<Line*>(v);
 }
 
+// Every delete form with a null pointer changes nothing: not errno, not the
+// allocator's books, and no null (or anything else) lands on a free list,
+// from which the next allocations would hand out null or one block twice.
 TEST(OperatorNew, NullDeleteIsNoOp) {
+  std::vector<void*> blocks;
+  for (int i = 0; i < 64; ++i) blocks.push_back(::operator new(48));  // warm the size class
+  for (void* p : blocks) ::operator delete(p);
+  blocks.clear();
+#if LMT_HAVE_LAZYMALLOC
+  lazymalloc_memory_state before;
+  lazymalloc_memory_state_get(&before);
+  uint64_t large_frees = 0;
+  ASSERT_EQ(lazymalloc_stat_get("large_frees", &large_frees), 0);
+#endif
+  errno = EDOM;
   ::operator delete(nullptr);
   ::operator delete[](nullptr);
   ::operator delete(nullptr, std::nothrow);
+  ::operator delete[](nullptr, std::nothrow);
+  ::operator delete(nullptr, size_t{48});
+  ::operator delete[](nullptr, size_t{48});
   ::operator delete(nullptr, std::align_val_t{64});
   ::operator delete[](nullptr, std::align_val_t{64});
   ::operator delete(nullptr, std::align_val_t{64}, std::nothrow);
-  SUCCEED();
+  ::operator delete[](nullptr, std::align_val_t{64}, std::nothrow);
+  ::operator delete(nullptr, size_t{48}, std::align_val_t{64});
+  ::operator delete[](nullptr, size_t{48}, std::align_val_t{64});
+  EXPECT_EQ(errno, EDOM);
+#if LMT_HAVE_LAZYMALLOC
+  lazymalloc_memory_state after;
+  lazymalloc_memory_state_get(&after);
+  EXPECT_EQ(after.active, before.active);
+  EXPECT_EQ(after.reserved, before.reserved);
+  uint64_t large_frees_after = 0;
+  ASSERT_EQ(lazymalloc_stat_get("large_frees", &large_frees_after), 0);
+  EXPECT_EQ(large_frees_after, large_frees);
+#endif
+  uint64_t id = 900;
+  for (int i = 0; i < 64; ++i) {
+    void* p = i % 2 ? ::operator new(48) : ::operator new(48, std::align_val_t{64});
+    ASSERT_TRUE(Usable(p, 48, id + i)) << i;
+    blocks.push_back(p);
+  }
+  for (int i = 0; i < 64; ++i) {
+    EXPECT_TRUE(lmt::CheckPattern(blocks[i], 48, id + i)) << "block " << i << " handed out twice";
+  }
+  for (int i = 0; i < 64; ++i) {
+    if (i % 2) ::operator delete(blocks[i]);
+    else ::operator delete(blocks[i], std::align_val_t{64});
+  }
 }
 
 const size_t kImpossible[] = {SIZE_MAX, SIZE_MAX / 2 + 1, static_cast<size_t>(PTRDIFF_MAX),

@@ -8,7 +8,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -16,6 +15,7 @@
 #include <vector>
 
 #include "kernel_util.h"
+#include "wait.h"
 #include "lazymalloc/lazymalloc.h"
 
 namespace {
@@ -111,12 +111,8 @@ TEST_F(Discardable, BackgroundThreadEnforcesTheLimitOldestFirst) {
   for (void* p : ps) EXPECT_EQ(lazymalloc_discardable_unlock(p), 0);  // ps[0] is the oldest
   uint64_t wakeups = stat("background_wakeups");
   ASSERT_EQ(lazymalloc_option_set("discardable_limit", 3 * kMiB), 0);
-  bool done = false;
-  for (int t = 0; t < 300 && !done; ++t) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    done = stat("discardable_unlocked_bytes") <= 3 * kMiB;
-  }
-  ASSERT_TRUE(done) << "the background thread did not discard down to the limit";
+  ASSERT_TRUE(lmt::WaitFor([] { return stat("discardable_unlocked_bytes") <= 3 * kMiB; }))
+      << "the background thread did not discard down to the limit";
   EXPECT_GT(stat("background_wakeups"), wakeups);
   for (unsigned i = 0; i < 8; ++i) {
     int r = lazymalloc_discardable_lock(ps[i]);

@@ -8,12 +8,12 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <chrono>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "alloc_shim.h"
+#include "wait.h"
 
 namespace {
 
@@ -135,7 +135,19 @@ TEST(Stress, ForkWhileThreadsAllocate) {
       FillPattern(p, n, 777 + i);
       inherited.emplace_back(p, n);
     }
-    std::this_thread::sleep_for(std::chrono::microseconds(500 + (f % 5) * 300));
+    // Fork while every worker is busy, at a different point of their work
+    // each time: after each has done 50 to 250 more operations.
+    const uint64_t more = 50 * (1 + f % 5);
+    std::vector<uint64_t> at(kWorkers);
+    for (int i = 0; i < kWorkers; ++i) at[i] = ops[i].load() + more;
+    bool busy = lmt::WaitFor([&] {
+      if (g_worker_failed.load()) return true;
+      for (int i = 0; i < kWorkers; ++i)
+        if (ops[i].load() < at[i]) return false;
+      return true;
+    });
+    if (!busy) failure = "the workers made no progress before fork #" + std::to_string(f);
+    if (!busy || g_worker_failed.load()) break;  // (the workers are stopped and joined below)
     failure = lmt::RunInChild([&inherited] { return ChildBody(&inherited); }, 30);
     if (!failure.empty()) failure = "fork #" + std::to_string(f) + ": " + failure;
     // The parent's copies are untouched by the child and still ours.
@@ -144,18 +156,17 @@ TEST(Stress, ForkWhileThreadsAllocate) {
       lmt::Free(inherited[i].first);
     }
   }
-  // The workers keep making progress after the last fork.
-  std::vector<uint64_t> before(kWorkers);
-  for (int i = 0; i < kWorkers; ++i) before[i] = ops[i].load();
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  std::vector<uint64_t> after(kWorkers);
-  for (int i = 0; i < kWorkers; ++i) after[i] = ops[i].load();
+  // The workers keep making progress after the last fork (a worker stalled
+  // on a lock left taken by fork would never get there).
+  for (int i = 0; i < kWorkers; ++i) {
+    const uint64_t before = ops[i].load();
+    EXPECT_TRUE(lmt::WaitFor([&] { return g_worker_failed.load() || ops[i].load() > before; }))
+        << "worker " << i << " stalled after fork";
+  }
   g_stop = true;
   for (auto& t : workers) t.join();
   EXPECT_EQ(failure, "");
   EXPECT_FALSE(g_worker_failed.load()) << "a worker thread saw a failed or corrupted allocation";
-  for (int i = 0; i < kWorkers; ++i)
-    EXPECT_GT(after[i], before[i]) << "worker " << i << " stalled after fork";
 }
 
 TEST(Stress, ForkChildCanExitNormally) {

@@ -2,6 +2,7 @@
 // block carries a pattern derived from its id, verified before it is freed
 // or reallocated.  LAZYMALLOC_TEST_SCALE scales the iteration counts.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <condition_variable>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "alloc_shim.h"
+#include "wait.h"
 
 namespace {
 
@@ -373,8 +375,14 @@ TEST(Stress, DetachedThreadsExitWhileOthersAllocate) {
   g_failed = false;
   const size_t total = lmt::Scaled(800, 20);
   std::atomic<size_t> finished{0};
+  std::mutex tids_mu;
+  std::vector<pid_t> tids;
   for (size_t i = 0; i < total; ++i) {
-    std::thread([&finished, i] {
+    std::thread([&finished, &tids_mu, &tids, i] {
+      {
+        std::lock_guard<std::mutex> g(tids_mu);
+        tids.push_back(gettid());
+      }
       ChurnThread(100000 + i);
       finished.fetch_add(1);
     }).detach();
@@ -386,9 +394,16 @@ TEST(Stress, DetachedThreadsExitWhileOthersAllocate) {
     while (i + 1 > finished.load() + 8) std::this_thread::yield();  // <= 8 running
   }
   while (finished.load() < total) std::this_thread::yield();
-  // The thread_local destructors may still be running after `finished`
-  // was incremented; give them a moment before the orphans are freed.
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  // Their thread-local destructors and heap teardown may still be running
+  // after `finished` was incremented: wait until every thread has ended
+  // (gone from /proc/self/task) before the orphans are freed.
+  std::lock_guard<std::mutex> tg(tids_mu);
+  ASSERT_EQ(tids.size(), total);
+  ASSERT_EQ(lmt::ThreadState(gettid()), 'R') << "/proc/self/task does not show this thread";
+  for (pid_t tid : tids) {
+    ASSERT_TRUE(lmt::WaitFor([tid] { return lmt::ThreadGone(tid); }))
+        << "detached thread " << tid << " still exists, state '" << lmt::ThreadState(tid) << "'";
+  }
   ASSERT_FALSE(g_failed.load()) << g_failure;
   std::lock_guard<std::mutex> g(g_orphan_mu);
   for (auto& b : g_orphans) {

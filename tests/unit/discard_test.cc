@@ -3,8 +3,9 @@
 // pressure, limit and purge paths, and a lock racing a discard in flight.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <atomic>
-#include <chrono>
 #include <cstdlib>
 #include <functional>
 #include <thread>
@@ -12,6 +13,7 @@
 
 #include "fixture.h"
 #include "purge/discard.h"
+#include "wait.h"
 
 namespace lazymalloc {
 namespace {
@@ -282,6 +284,24 @@ struct HookPlatform {
   }
 };
 
+// Waits until `tid` is blocked in `d`: registered as a waiter for the
+// discard in flight and asleep in the kernel (its futex wait).  Fails after
+// a generous deadline, e.g. if the call returned or spins instead.
+::testing::AssertionResult BlockedInDiscardWait(const Discardable& d, const std::atomic<pid_t>& tid,
+                                                const std::atomic<int>& returned) {
+  bool blocked = lmt::WaitFor([&] {
+    pid_t t = tid.load();
+    return returned.load() || (t != 0 && d.waiters() == 1 && lmt::ThreadState(t) == 'S');
+  });
+  if (returned.load()) return ::testing::AssertionFailure() << "the call returned while the madvise was running";
+  if (!blocked) {
+    return ::testing::AssertionFailure() << "not blocked after " << lmt::kGenerousDeadline.count()
+                                         << " s: waiters " << d.waiters() << ", thread state '"
+                                         << lmt::ThreadState(tid.load()) << "'";
+  }
+  return ::testing::AssertionSuccess();
+}
+
 TEST_F(DiscardTest, LockDuringDiscardWaitsAndReportsDiscarded) {
   HookPlatform hp(&fake);
   Discardable racy;
@@ -289,32 +309,48 @@ TEST_F(DiscardTest, LockDuringDiscardWaitsAndReportsDiscarded) {
   void* p = racy.alloc(kPage);
   ASSERT_TRUE(racy.unlock(p));
   std::atomic<int> result{-100};
+  std::atomic<int> returned{0};
+  std::atomic<pid_t> tid{0};
   std::thread locker;
+  int hooks = 0;
   hp.hook = [&] {
+    ++hooks;
     EXPECT_EQ(racy.state_of(p) & Discardable::kTagMask, Discardable::kDiscarding);
-    locker = std::thread([&] { result = int(racy.lock(p)); });
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    EXPECT_EQ(result.load(), -100) << "lock returned while the madvise was running";
+    locker = std::thread([&] {
+      tid = gettid();  // announced before it calls lock()
+      result = int(racy.lock(p));
+      returned = 1;
+    });
+    // The madvise (this hook) has not finished: lock() must be waiting for it.
+    EXPECT_TRUE(BlockedInDiscardWait(racy, tid, returned));
   };
   EXPECT_EQ(racy.discard(~uint64_t(0), 8 * kMiB), kPage);
   locker.join();
+  EXPECT_EQ(hooks, 1);
   EXPECT_EQ(result.load(), int(LockResult::kDiscarded));
+  EXPECT_EQ(racy.waiters(), 0u);
   EXPECT_EQ(racy.state_of(p) & Discardable::kTagMask, Discardable::kLocked);
   // free() waits the same way.
   ASSERT_TRUE(racy.unlock(p));
   std::atomic<bool> freed{false};
+  returned = 0;
+  tid = 0;
   std::thread freer;
   hp.hook = [&] {
+    ++hooks;
     freer = std::thread([&] {
+      tid = gettid();
       uint64_t released;
       freed = racy.free(p, &released);
+      returned = 1;
     });
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    EXPECT_FALSE(freed.load()) << "free returned while the madvise was running";
+    EXPECT_TRUE(BlockedInDiscardWait(racy, tid, returned));
   };
   EXPECT_EQ(racy.discard(~uint64_t(0), 8 * kMiB), kPage);
   freer.join();
+  EXPECT_EQ(hooks, 2);
   EXPECT_TRUE(freed.load());
+  EXPECT_EQ(racy.waiters(), 0u);
   EXPECT_EQ(st(Stat::discardable_blocks), 0u);
 }
 

@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
-#include <chrono>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -14,6 +13,7 @@
 #include "fixture.h"
 #include "purge/purger.h"
 #include "purge/release.h"
+#include "wait.h"
 
 namespace lazymalloc {
 namespace {
@@ -274,12 +274,9 @@ TEST_F(ReleaseTest, RealWorkersReleaseBlocksFreedByManyThreads) {
   EXPECT_EQ(st(Stat::huge_released), 80u);
   EXPECT_EQ(st(Stat::release_bytes), fake.advised_bytes(Advice::kFree));
   expect_sound();
-  // Workers exit after a second without work; wait so none outlives the test.
-  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (releaser->workers() != 0 && std::chrono::steady_clock::now() < until) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  EXPECT_EQ(releaser->workers(), 0u);
+  // Workers exit after a second without work (a real futex timeout); wait
+  // so that none outlives the test.
+  ASSERT_TRUE(lmt::WaitFor([&] { return releaser->workers() == 0; })) << releaser->workers() << " workers left";
 }
 
 }  // namespace
