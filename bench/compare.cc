@@ -106,26 +106,6 @@ ChildOutcome spawn_child(const std::string& exe, const std::vector<std::string>&
   return out;
 }
 
-// The environment for a child: ours without LD_PRELOAD and the variables the
-// allocator sets, plus those.
-std::vector<std::string> child_environment(const std::string& preload,
-                                           const std::vector<std::pair<std::string, std::string>>& vars) {
-  std::vector<std::string> env;
-  auto overridden = [&](const std::string& entry) {
-    const auto eq = entry.find('=');
-    const std::string name = entry.substr(0, eq);
-    if (name == "LD_PRELOAD") return true;
-    for (const auto& [k, v] : vars)
-      if (k == name) return true;
-    return false;
-  };
-  for (char** e = environ; e && *e; ++e)
-    if (!overridden(*e)) env.emplace_back(*e);
-  if (!preload.empty()) env.push_back("LD_PRELOAD=" + preload);
-  for (const auto& [k, v] : vars) env.push_back(k + "=" + v);
-  return env;
-}
-
 std::string expected_detection(const AllocatorSpec& spec) {
   if (!spec.builtin) return {};
   if (spec.name.rfind("jemalloc-", 0) == 0) return "jemalloc";
@@ -212,6 +192,57 @@ std::string find_lazymalloc_library(const std::string& cli, std::string* tried) 
   return {};
 }
 
+// The environment for a child: ours without LD_PRELOAD and the variables the
+// allocator sets, plus those.
+std::vector<std::string> child_environment(const std::string& preload,
+                                           const std::vector<std::pair<std::string, std::string>>& vars) {
+  std::vector<std::string> env;
+  auto overridden = [&](const std::string& entry) {
+    const auto eq = entry.find('=');
+    const std::string name = entry.substr(0, eq);
+    if (name == "LD_PRELOAD") return true;
+    for (const auto& [k, v] : vars)
+      if (k == name) return true;
+    return false;
+  };
+  for (char** e = environ; e && *e; ++e)
+    if (!overridden(*e)) env.emplace_back(*e);
+  if (!preload.empty()) env.push_back("LD_PRELOAD=" + preload);
+  for (const auto& [k, v] : vars) env.push_back(k + "=" + v);
+  return env;
+}
+
+std::optional<std::vector<AllocatorSpec>> resolve_allocators(const std::vector<std::string>& names,
+                                                             const std::string& lib, const char* who,
+                                                             std::vector<std::string>* skipped) {
+  std::string tried;
+  const std::string lazymalloc_lib = find_lazymalloc_library(lib, &tried);
+  std::vector<AllocatorSpec> allocators;
+  const auto dirs = peer_library_dirs();
+  for (const auto& name : names) {
+    auto spec = parse_allocator(name, lazymalloc_lib);
+    if (!spec) {
+      std::cerr << who << ": unknown allocator '" << name << "' (known: " << join(known_allocator_names(), ", ")
+                << "; or NAME=/path/to/lib.so)\n";
+      return std::nullopt;
+    }
+    if (spec->name != "glibc") {
+      const std::string wanted = spec->preload;
+      spec->preload = resolve_preload(spec->preload, dirs);
+      if (spec->preload.empty()) {
+        const std::string why = spec->name == "lazymalloc"
+                                    ? "liblazymalloc.so not found (tried: " + (tried.empty() ? "nothing" : tried) + ")"
+                                    : wanted + " not found";
+        std::cerr << spec->name << ": not installed, skipped (" << why << ")\n";
+        skipped->push_back(spec->name + ": " + why);
+        continue;
+      }
+    }
+    allocators.push_back(std::move(*spec));
+  }
+  return allocators;
+}
+
 int compare_command(const CompareOptions& opt) {
   if (opt.reps < 1) {
     std::cerr << "lazybench compare: --reps must be >= 1\n";
@@ -257,33 +288,11 @@ int compare_command(const CompareOptions& opt) {
   }
 
   // Allocators.
-  std::string tried;
-  const std::string lazymalloc_lib = find_lazymalloc_library(opt.lib, &tried);
   const auto names = opt.allocators.empty() ? default_allocator_names() : split_list(opt.allocators);
-  std::vector<AllocatorSpec> allocators;
   std::vector<std::string> skipped;
-  const auto dirs = peer_library_dirs();
-  for (const auto& name : names) {
-    auto spec = parse_allocator(name, lazymalloc_lib);
-    if (!spec) {
-      std::cerr << "lazybench compare: unknown allocator '" << name << "' (known: " << join(known_allocator_names(), ", ")
-                << "; or NAME=/path/to/lib.so)\n";
-      return 2;
-    }
-    if (spec->name != "glibc") {
-      const std::string wanted = spec->preload;
-      spec->preload = resolve_preload(spec->preload, dirs);
-      if (spec->preload.empty()) {
-        const std::string why = spec->name == "lazymalloc"
-                                    ? "liblazymalloc.so not found (tried: " + (tried.empty() ? "nothing" : tried) + ")"
-                                    : wanted + " not found";
-        std::cerr << spec->name << ": not installed, skipped (" << why << ")\n";
-        skipped.push_back(spec->name + ": " + why);
-        continue;
-      }
-    }
-    allocators.push_back(std::move(*spec));
-  }
+  auto resolved = resolve_allocators(names, opt.lib, "lazybench compare", &skipped);
+  if (!resolved) return 2;
+  std::vector<AllocatorSpec> allocators = std::move(*resolved);
   for (const auto& item : opt.alloc_env) {
     const auto colon = item.find(':');
     const auto assignment = colon == std::string::npos ? std::nullopt : parse_assignment(item.substr(colon + 1));

@@ -150,6 +150,60 @@ TEST_F(BackendTest, NewArenasWhenFullAndENOMEMWhenTheKernelSaysNo) {
   backend->release(more);
 }
 
+// Hugepage advice: none for a small heap's arena; a huge block's own slots
+// at once (once); every arena, whole, when active bytes reach the threshold,
+// and later arenas when they are reserved.
+TEST_F(BackendTest, HugepageAdviceStartsAtTheThresholdAndCoversHugeBlocksAtOnce) {
+  set(Opt::hugepage_threshold, 8 * kMiB);
+  backend->init(fake.get(), stats.get(), 64 * kMiB, true);
+  auto huge_advice = [&] {
+    std::vector<std::pair<uintptr_t, size_t>> out;
+    for (const auto& c : fake.hugepage_advice) {
+      if (c.huge) out.emplace_back(reinterpret_cast<uintptr_t>(c.addr), c.len);
+    }
+    return out;
+  };
+  Span* small = backend->alloc(kMaxLarge, 16);
+  ASSERT_NE(small, nullptr);
+  ASSERT_EQ(fake.reservations.size(), 1u);
+  const uintptr_t arena = reinterpret_cast<uintptr_t>(fake.reservations[0].first);
+  // Only the unit map's leaf, MADV_NOHUGEPAGE.
+  ASSERT_EQ(fake.hugepage_advice.size(), 1u);
+  EXPECT_FALSE(fake.hugepage_advice[0].huge);
+
+  Span* h = backend->alloc(4 * kMiB, 16);  // active 5 MiB
+  ASSERT_NE(h, nullptr);
+  using Ranges = std::vector<std::pair<uintptr_t, size_t>>;
+  const uintptr_t h_start = reinterpret_cast<uintptr_t>(h->start);
+  EXPECT_EQ(huge_advice(), (Ranges{{h_start, 4 * kMiB}}));
+  backend->release(h);
+  h = backend->alloc(4 * kMiB, 16);  // the same slots, advised already
+  ASSERT_NE(h, nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(h->start), h_start);
+  EXPECT_EQ(huge_advice().size(), 1u);
+
+  Span* h2 = backend->alloc(4 * kMiB, 16);  // active 9 MiB: the whole arena
+  ASSERT_NE(h2, nullptr);
+  EXPECT_EQ(huge_advice(), (Ranges{{h_start, 4 * kMiB}, {arena, 64 * kMiB}}));
+  Span* far = backend->alloc(60 * kMiB, 16);  // an arena of its own, advised when reserved
+  ASSERT_NE(far, nullptr);
+  ASSERT_EQ(fake.reservations.size(), 2u);
+  EXPECT_EQ(huge_advice(), (Ranges{{h_start, 4 * kMiB},
+                                   {arena, 64 * kMiB},
+                                   {reinterpret_cast<uintptr_t>(fake.reservations[1].first), 60 * kMiB}}));
+  for (Span* s : {small, h, h2, far}) backend->release(s);
+  EXPECT_EQ(backend->check_invariants(), nullptr);
+}
+
+TEST_F(BackendTest, HugepageAdviceIsOffWithTheOption) {
+  set(Opt::hugepage_threshold, 0);
+  backend->init(fake.get(), stats.get(), 64 * kMiB, false);
+  Span* h = backend->alloc(4 * kMiB, 16);
+  ASSERT_NE(h, nullptr);
+  for (const auto& c : fake.hugepage_advice) EXPECT_FALSE(c.huge);
+  backend->release(h);
+}
+
 TEST_F(BackendTest, DecayGivesIdleSlotsMadvFreeAfterDecayMs) {
   Span* h = backend->alloc(4 * kMiB, 16);
   char* start = h->start;
