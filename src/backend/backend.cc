@@ -94,9 +94,17 @@ Arena* Backend::add_arena(size_t min_slots, size_t align) {
   size_t min_bytes = min_slots * kSlotSize;
   if (min_slots == 0 || min_bytes / kSlotSize != min_slots || min_bytes > kMaxRequest) return nullptr;
   if (align < kSlotSize) align = kSlotSize;
-  // A request larger than half an arena gets an arena of its own size, so a
-  // one-off giant block does not leave a giant reservation behind it.
-  size_t want = min_bytes > arena_reserve_ / 2 ? min_bytes : arena_reserve_;
+  // Arenas grow from kFirstArena to arena_reserve_, doubling: a small
+  // program's slot records (one SlotMeta per slot, all written here) fit in
+  // a page.  A request larger than half an arena gets an arena of its own
+  // size, so a one-off giant block does not leave a giant reservation behind
+  // it.
+  // (grown_ stops once the size reaches arena_reserve_: the shift cannot
+  // overflow.)
+  size_t regular = kFirstArena << grown_;
+  if (regular > arena_reserve_) regular = arena_reserve_;
+  bool own = min_bytes > regular / 2;
+  size_t want = own ? min_bytes : regular;
   void* p = nullptr;
   for (;;) {
     p = platform_->reserve(platform_->ctx, want, align);
@@ -137,6 +145,7 @@ Arena* Backend::add_arena(size_t min_slots, size_t align) {
   a->next = arenas_;
   arenas_ = a;
   stats_->add(Stat::arenas, 1);
+  if (!own && regular < arena_reserve_) ++grown_;
   stats_->add(Stat::reserved_bytes, want);
   stats_->add(Stat::clean_bytes, want);
   insert_free_run(&slots[0], nslots);

@@ -284,6 +284,8 @@ class Backend {
   const Platform* platform_ = nullptr;
   Stats* stats_ = nullptr;
   size_t arena_reserve_ = 0;
+  static constexpr size_t kFirstArena = size_t(64) << 20;
+  unsigned grown_ = 0;               // REQUIRES lock_: regular arenas reserved below arena_reserve_
   bool hugepages_ = false;           // Opt::hugepages
   bool huge_arenas_ = false;         // REQUIRES lock_: every arena is advised MADV_HUGEPAGE
   uint64_t now_ = 0;                 // REQUIRES lock_: the clock at this operation

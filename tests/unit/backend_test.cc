@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <vector>
 
 #include "backend/backend.h"
 #include "core/options.h"
@@ -148,6 +149,40 @@ TEST_F(BackendTest, NewArenasWhenFullAndENOMEMWhenTheKernelSaysNo) {
   fake.fail_reserve = false;
   backend->release(big);
   backend->release(more);
+}
+
+// Arenas start at 64 MiB (a small program's slot records fit in a page) and
+// double up to arena_reserve; a request over half the next arena's size
+// gets an arena of its own size, which does not count as a step.
+TEST_F(BackendTest, ArenasGrowFrom64MiBToTheReserveSize) {
+  backend->init(fake.get(), stats.get(), 256 * kMiB, false);
+  std::vector<Span*> spans;
+  auto alloc = [&](size_t bytes) {
+    Span* s = backend->alloc(bytes, 16);
+    EXPECT_NE(s, nullptr) << bytes;
+    spans.push_back(s);
+  };
+  auto sizes = [&] {
+    std::vector<size_t> out;
+    for (const auto& r : fake.reservations) out.push_back(r.second / kMiB);
+    return out;
+  };
+  alloc(kUnitSize);
+  alloc(30 * kMiB);
+  alloc(30 * kMiB);  // 31 of the 32 slots
+  EXPECT_EQ(sizes(), (std::vector<size_t>{64}));
+  alloc(30 * kMiB);
+  EXPECT_EQ(sizes(), (std::vector<size_t>{64, 128}));
+  alloc(100 * kMiB);
+  EXPECT_EQ(sizes(), (std::vector<size_t>{64, 128, 256}));
+  alloc(200 * kMiB);  // over half of 256 MiB: its own size
+  EXPECT_EQ(sizes(), (std::vector<size_t>{64, 128, 256, 200}));
+  alloc(100 * kMiB);  // into the 256 MiB arena's free slots
+  EXPECT_EQ(sizes().size(), 4u);
+  alloc(120 * kMiB);
+  EXPECT_EQ(sizes(), (std::vector<size_t>{64, 128, 256, 200, 256}));
+  for (Span* s : spans) backend->release(s);
+  EXPECT_EQ(backend->check_invariants(), nullptr);
 }
 
 // Hugepage advice: none for a small heap's arena; a huge block's own slots
