@@ -44,6 +44,8 @@ inline void* new_alloc(size_t size, size_t align) {
   return align <= kMinAlign ? lm_malloc(size) : lm_aligned(size, align);
 }
 
+enum NothrowForm : unsigned { kNew, kNewArray, kNewAligned, kNewArrayAligned };
+
 #if LAZYMALLOC_CXX_RUNTIME_WEAK
 // A function of the C++ runtime: the definition after ours in the global
 // lookup order (no allocation, so it works when memory has run out), or the
@@ -70,6 +72,31 @@ std::new_handler current_new_handler() {
   pal::fatal(kMsg, sizeof kMsg - 1);
 }
 
+// The nothrow forms, by their mangled names (runtime_symbol finds the
+// runtime's definitions, not ours).
+constexpr const char* kNothrowNames[] = {"_ZnwmRKSt9nothrow_t", "_ZnamRKSt9nothrow_t",
+                                         "_ZnwmSt11align_val_tRKSt9nothrow_t",
+                                         "_ZnamSt11align_val_tRKSt9nothrow_t"};
+constexpr std::nothrow_t kNothrow{};  // std::nothrow is the runtime's
+
+// A nothrow form's failure: null at once without a handler; with one, the
+// runtime's nothrow form retries through our throwing form and catches
+// what the handler throws.
+LM_NOINLINE void* nothrow_retry(size_t size, size_t align, NothrowForm form) {
+  if (!current_new_handler()) return nullptr;
+  void* f = runtime_symbol(kNothrowNames[form]);
+  if (!f) return nullptr;
+  if (form == kNew || form == kNewArray) {
+    return reinterpret_cast<void* (*)(size_t, const std::nothrow_t&) noexcept>(f)(size, kNothrow);
+  }
+  return reinterpret_cast<void* (*)(size_t, std::align_val_t, const std::nothrow_t&) noexcept>(f)(
+      size, std::align_val_t(align), kNothrow);
+}
+#else
+std::new_handler current_new_handler() { return std::get_new_handler(); }
+[[noreturn]] void throw_bad_alloc() { throw std::bad_alloc(); }
+#endif
+
 // After a failed allocation: calls the new_handler and tries again until one
 // succeeds or there is no handler (std::bad_alloc).
 LM_NOINLINE void* new_retry(size_t size, size_t align) {
@@ -81,44 +108,13 @@ LM_NOINLINE void* new_retry(size_t size, size_t align) {
   }
 }
 
-// The nothrow forms, by their mangled names (runtime_symbol finds the
-// runtime's definitions, not ours).
-enum NothrowForm : unsigned { kNew, kNewArray, kNewAligned, kNewArrayAligned };
-constexpr const char* kNothrowNames[] = {"_ZnwmRKSt9nothrow_t", "_ZnamRKSt9nothrow_t",
-                                         "_ZnwmSt11align_val_tRKSt9nothrow_t",
-                                         "_ZnamSt11align_val_tRKSt9nothrow_t"};
-
-// A nothrow form's failure: null at once without a handler; with one, the
-// runtime's nothrow form retries through our throwing form and catches
-// what the handler throws.
-constexpr std::nothrow_t kNothrow{};  // std::nothrow is the runtime's
-
-LM_NOINLINE void* nothrow_retry(size_t size, size_t align, NothrowForm form) {
-  if (!current_new_handler()) return nullptr;
-  void* f = runtime_symbol(kNothrowNames[form]);
-  if (!f) return nullptr;
-  if (form == kNew || form == kNewArray) return reinterpret_cast<void* (*)(size_t, const std::nothrow_t&) noexcept>(f)(size, kNothrow);
-  return reinterpret_cast<void* (*)(size_t, std::align_val_t, const std::nothrow_t&) noexcept>(f)(
-      size, std::align_val_t(align), kNothrow);
-}
-
+#if LAZYMALLOC_CXX_RUNTIME_WEAK
 inline void* new_nothrow(size_t size, size_t align, NothrowForm form) noexcept {
   void* p = new_alloc(size, align);
   if (LM_LIKELY(p != nullptr)) return p;
   return nothrow_retry(size, align, form);
 }
 #else
-LM_NOINLINE void* new_retry(size_t size, size_t align) {
-  for (;;) {
-    std::new_handler handler = std::get_new_handler();
-    if (!handler) throw std::bad_alloc();
-    handler();
-    if (void* p = new_alloc(size, align)) return p;
-  }
-}
-
-enum NothrowForm : unsigned { kNew, kNewArray, kNewAligned, kNewArrayAligned };
-
 void* new_nothrow(size_t size, size_t align, NothrowForm) noexcept {
   try {
     void* p = new_alloc(size, align);
