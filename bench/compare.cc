@@ -21,16 +21,14 @@ namespace lazybench {
 
 namespace fs = std::filesystem;
 
-namespace {
-
-// The environment changes for a child: no LD_PRELOAD of ours, the
-// allocator's library and variables instead.
 EnvChanges child_env(const std::string& preload, const std::vector<std::pair<std::string, std::string>>& vars) {
   EnvChanges env;
   env["LD_PRELOAD"] = preload.empty() ? std::nullopt : std::optional<std::string>(preload);
   for (const auto& [k, v] : vars) env[k] = v;
   return env;
 }
+
+namespace {
 
 // Runs argv with `env`; stdout is captured, stderr goes to log_path, stdin
 // is /dev/null.  Kills the child after timeout_s.
@@ -130,6 +128,38 @@ std::string find_lazymalloc_library(const std::string& cli, std::string* tried) 
   return {};
 }
 
+
+std::optional<std::vector<AllocatorSpec>> resolve_allocators(const std::vector<std::string>& names,
+                                                             const std::string& lib, const char* who,
+                                                             std::vector<std::string>* skipped) {
+  std::string tried;
+  const std::string lazymalloc_lib = find_lazymalloc_library(lib, &tried);
+  std::vector<AllocatorSpec> allocators;
+  const auto dirs = peer_library_dirs();
+  for (const auto& name : names) {
+    auto spec = parse_allocator(name, lazymalloc_lib);
+    if (!spec) {
+      std::cerr << who << ": unknown allocator '" << name << "' (known: " << join(known_allocator_names(), ", ")
+                << "; or NAME=/path/to/lib.so)\n";
+      return std::nullopt;
+    }
+    if (spec->name != "glibc") {
+      const std::string wanted = spec->preload;
+      spec->preload = resolve_preload(spec->preload, dirs);
+      if (spec->preload.empty()) {
+        const std::string why = spec->name == "lazymalloc"
+                                    ? "liblazymalloc.so not found (tried: " + (tried.empty() ? "nothing" : tried) + ")"
+                                    : wanted + " not found";
+        std::cerr << spec->name << ": not installed, skipped (" << why << ")\n";
+        skipped->push_back(spec->name + ": " + why);
+        continue;
+      }
+    }
+    allocators.push_back(std::move(*spec));
+  }
+  return allocators;
+}
+
 int compare_command(const CompareOptions& opt) {
   if (opt.reps < 1) {
     std::cerr << "lazybench compare: --reps must be >= 1\n";
@@ -189,33 +219,11 @@ int compare_command(const CompareOptions& opt) {
   }
 
   // Allocators.
-  std::string tried;
-  const std::string lazymalloc_lib = find_lazymalloc_library(opt.lib, &tried);
   const auto names = opt.allocators.empty() ? default_allocator_names() : split_list(opt.allocators);
-  std::vector<AllocatorSpec> allocators;
   std::vector<std::string> skipped;
-  const auto dirs = peer_library_dirs();
-  for (const auto& name : names) {
-    auto spec = parse_allocator(name, lazymalloc_lib);
-    if (!spec) {
-      std::cerr << "lazybench compare: unknown allocator '" << name << "' (known: " << join(known_allocator_names(), ", ")
-                << "; or NAME=/path/to/lib.so)\n";
-      return 2;
-    }
-    if (spec->name != "glibc") {
-      const std::string wanted = spec->preload;
-      spec->preload = resolve_preload(spec->preload, dirs);
-      if (spec->preload.empty()) {
-        const std::string why = spec->name == "lazymalloc"
-                                    ? "liblazymalloc.so not found (tried: " + (tried.empty() ? "nothing" : tried) + ")"
-                                    : wanted + " not found";
-        std::cerr << spec->name << ": not installed, skipped (" << why << ")\n";
-        skipped.push_back(spec->name + ": " + why);
-        continue;
-      }
-    }
-    allocators.push_back(std::move(*spec));
-  }
+  auto resolved = resolve_allocators(names, opt.lib, "lazybench compare", &skipped);
+  if (!resolved) return 2;
+  std::vector<AllocatorSpec> allocators = std::move(*resolved);
   for (const auto& item : opt.alloc_env) {
     const auto colon = item.find(':');
     const auto assignment = colon == std::string::npos ? std::nullopt : parse_assignment(item.substr(colon + 1));

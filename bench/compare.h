@@ -2,8 +2,13 @@
 // allocator (LD_PRELOAD), repetitions interleaved, then the report.
 #pragma once
 
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include "harness/args.h"
+#include "subprocess.h"
 
 namespace lazybench {
 
@@ -30,5 +35,17 @@ int compare_command(const CompareOptions& options);
 // liblazymalloc.so next to the lazybench executable.  Empty if none exists;
 // `tried` lists what was looked at.
 std::string find_lazymalloc_library(const std::string& cli, std::string* tried = nullptr);
+
+// The allocators `names` stands for, with their libraries found (`lib`:
+// the liblazymalloc.so to use, as for find_lazymalloc_library).  One not
+// installed is left out, with a line on stderr and in *skipped; an unknown
+// name is reported on stderr as `who`'s error: nullopt.
+std::optional<std::vector<AllocatorSpec>> resolve_allocators(const std::vector<std::string>& names,
+                                                             const std::string& lib, const char* who,
+                                                             std::vector<std::string>* skipped);
+
+// The environment changes for a child: no LD_PRELOAD of ours, the
+// allocator's library (`preload`, none if empty) and variables instead.
+EnvChanges child_env(const std::string& preload, const std::vector<std::pair<std::string, std::string>>& vars);
 
 }  // namespace lazybench

@@ -3,6 +3,7 @@
 //   lazybench --list                       the workloads (* = headline set)
 //   lazybench run WORKLOAD [options]       one workload, in this process; one JSON line
 //   lazybench compare [WORKLOADS|all] ...  every workload under every allocator
+//   lazybench startup [options]            start-up cost (peak RSS, spawn time) per allocator
 //   lazybench allocators                   which allocators compare would use
 //
 // See docs/benchmarks.md.
@@ -13,6 +14,7 @@
 #include "compare.h"
 #include "harness/args.h"
 #include "run.h"
+#include "startup.h"
 
 namespace {
 
@@ -84,6 +86,17 @@ int main(int argc, char** argv) {
   bool no_plots = false;
   compare->add_flag("--no-plots", no_plots, "Do not run gnuplot");
 
+  lazybench::StartupOptions sopt;
+  auto* startup = app.add_subcommand(
+      "startup", "Start-up cost under every allocator: peak RSS of a short program and the time to spawn it");
+  startup->add_option("--allocators", sopt.allocators, "Comma list of allocators, as for compare");
+  startup->add_option("--lib", sopt.lib, "liblazymalloc.so to use for 'lazymalloc'");
+  startup->add_option("--program", sopt.program, "Program to run, without arguments")->capture_default_str();
+  startup->add_option("--spawns", sopt.spawns, "Processes per timed batch")->capture_default_str();
+  startup->add_option("--rounds", sopt.rounds, "Timed batches per allocator, interleaved")->capture_default_str();
+  startup->add_option("--rss-runs", sopt.rss_runs, "Traced runs per allocator for the memory figures")
+      ->capture_default_str();
+
   std::string lib;
   auto* allocs = app.add_subcommand("allocators", "Show the allocators compare knows and where their libraries are");
   allocs->add_option("--lib", lib, "liblazymalloc.so to use");
@@ -121,6 +134,7 @@ int main(int argc, char** argv) {
     copt.command_line = command_line(argc, argv);
     return lazybench::compare_command(copt);
   }
+  if (*startup) return lazybench::startup_command(sopt);
   if (*allocs) return allocators_command(lib);
   std::cout << app.help();
   return 2;

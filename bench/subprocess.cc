@@ -41,9 +41,6 @@ std::string SpawnResult::describe() const {
   return status_text() + "\n--- stdout ---\n" + out + "\n--- stderr ---\n" + err;
 }
 
-namespace {
-
-// Our environment with `changes` applied.
 std::vector<std::string> child_environment(const EnvChanges& changes) {
   std::vector<std::string> env;
   for (char** e = environ; e && *e; ++e) {
@@ -54,6 +51,8 @@ std::vector<std::string> child_environment(const EnvChanges& changes) {
     if (v) env.push_back(k + "=" + *v);
   return env;
 }
+
+namespace {
 
 void close_fd(int& fd) {
   if (fd >= 0) ::close(fd);

@@ -53,4 +53,8 @@ struct SpawnResult {
 // Runs argv[0] (looked up in PATH when it has no '/') with argv.
 SpawnResult spawn(const std::vector<std::string>& argv, const SpawnOptions& options = {});
 
+// Our environment with `changes` applied, as NAME=VALUE entries (for a
+// caller that starts children itself, e.g. under ptrace).
+std::vector<std::string> child_environment(const EnvChanges& changes);
+
 }  // namespace lazybench

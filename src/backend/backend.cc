@@ -29,8 +29,7 @@ SlotMeta* Backend::neighbor(SlotMeta* m, ptrdiff_t delta) const {
 bool Backend::owns_address(const void* p) const {
   uintptr_t slot = reinterpret_cast<uintptr_t>(p) >> kSlotShift;
   if (slot >= (uintptr_t(1) << (kAddressBits - kSlotShift))) return false;
-  SlotMeta* const* leaf = __atomic_load_n(&root_[slot >> kLeafBits], __ATOMIC_ACQUIRE);
-  return leaf[slot & (kLeafSize - 1)] != &g_no_slot;
+  return slot_leaf(slot >> kLeafBits)[slot & (kLeafSize - 1)] != nullptr;
 }
 
 Span* Backend::new_span() { return spans_.alloc(*platform_, stats_); }
@@ -53,22 +52,26 @@ bool Backend::register_arena(Arena* a) {
   for (size_t i = 0; i < a->nslots; ++i) {
     uintptr_t idx = first + i;
     bool in_range = idx < (uintptr_t(1) << (kAddressBits - kSlotShift));
-    SlotMeta** leaf = in_range ? const_cast<SlotMeta**>(root_[idx >> kLeafBits]) : nullptr;
-    Span** unit_leaf = in_range ? const_cast<Span**>(unit_root_[idx >> kLeafBits]) : nullptr;
+    SlotMeta** leaf = in_range ? slot_leaf(idx >> kLeafBits) : nullptr;
+    Span** unit_leaf = in_range ? this->unit_leaf(idx >> kLeafBits) : nullptr;
     if (unit_leaf == g_empty_unit_leaf) {
       // 2 MiB of which only the pages for units in use are touched: never
       // a transparent huge page.
       unit_leaf = static_cast<Span**>(map_leaf(kUnitLeafSize * sizeof(Span*)));
       if (unit_leaf) {
         platform_->advise_hugepage(platform_->ctx, unit_leaf, kUnitLeafSize * sizeof(Span*), false);
-        __atomic_store_n(&unit_root_[idx >> kLeafBits], unit_leaf, __ATOMIC_RELEASE);
+        __atomic_store_n(&unit_root_[idx >> kLeafBits],
+                         reinterpret_cast<uintptr_t>(unit_leaf) - reinterpret_cast<uintptr_t>(g_empty_unit_leaf),
+                         __ATOMIC_RELEASE);
       }
     }
-    if (leaf == g_empty_leaf.entries && unit_leaf) {
+    if (leaf == g_empty_leaf && unit_leaf) {
+      // Zero-filled: every entry says "no slot".
       leaf = static_cast<SlotMeta**>(map_leaf(kLeafSize * sizeof(SlotMeta*)));
       if (leaf) {
-        for (size_t e = 0; e < kLeafSize; ++e) leaf[e] = &g_no_slot;
-        __atomic_store_n(&root_[idx >> kLeafBits], leaf, __ATOMIC_RELEASE);
+        __atomic_store_n(&root_[idx >> kLeafBits],
+                         reinterpret_cast<uintptr_t>(leaf) - reinterpret_cast<uintptr_t>(g_empty_leaf),
+                         __ATOMIC_RELEASE);
       }
     }
     if (!leaf || !unit_leaf) {
@@ -77,7 +80,7 @@ bool Backend::register_arena(Arena* a) {
       // leaves stay, for later arenas).
       for (size_t j = 0; j < i; ++j) {
         uintptr_t k = first + j;
-        const_cast<SlotMeta**>(root_[k >> kLeafBits])[k & (kLeafSize - 1)] = &g_no_slot;
+        slot_leaf(k >> kLeafBits)[k & (kLeafSize - 1)] = nullptr;
       }
       return false;
     }
@@ -91,9 +94,17 @@ Arena* Backend::add_arena(size_t min_slots, size_t align) {
   size_t min_bytes = min_slots * kSlotSize;
   if (min_slots == 0 || min_bytes / kSlotSize != min_slots || min_bytes > kMaxRequest) return nullptr;
   if (align < kSlotSize) align = kSlotSize;
-  // A request larger than half an arena gets an arena of its own size, so a
-  // one-off giant block does not leave a giant reservation behind it.
-  size_t want = min_bytes > arena_reserve_ / 2 ? min_bytes : arena_reserve_;
+  // Arenas grow from kFirstArena to arena_reserve_, doubling: a small
+  // program's slot records (one SlotMeta per slot, all written here) fit in
+  // a page.  A request larger than half an arena gets an arena of its own
+  // size, so a one-off giant block does not leave a giant reservation behind
+  // it.
+  // (grown_ stops once the size reaches arena_reserve_: the shift cannot
+  // overflow.)
+  size_t regular = kFirstArena << grown_;
+  if (regular > arena_reserve_) regular = arena_reserve_;
+  bool own = min_bytes > regular / 2;
+  size_t want = own ? min_bytes : regular;
   void* p = nullptr;
   for (;;) {
     p = platform_->reserve(platform_->ctx, want, align);
@@ -130,10 +141,11 @@ Arena* Backend::add_arena(size_t min_slots, size_t align) {
     return nullptr;
   }
   stats_->add(Stat::metadata_bytes, meta_bytes);
-  if (hugepages_) platform_->advise_hugepage(platform_->ctx, p, want, true);
+  if (huge_arenas_) platform_->advise_hugepage(platform_->ctx, p, want, true);
   a->next = arenas_;
   arenas_ = a;
   stats_->add(Stat::arenas, 1);
+  if (!own && regular < arena_reserve_) ++grown_;
   stats_->add(Stat::reserved_bytes, want);
   stats_->add(Stat::clean_bytes, want);
   insert_free_run(&slots[0], nslots);
@@ -370,6 +382,7 @@ Span* Backend::alloc_slots(size_t nslots, size_t align, bool may_grow) {
     m->kind = SlotKind::kHuge;
     for (unsigned u = 0; u < kUnitsPerSlot; ++u) m->unit_span[u] = s;
   }
+  advise_slots_huge(head, nslots);
   s->zero = zero;
   s->start = reinterpret_cast<char*>(head->base);
   s->bytes = nslots * kSlotSize;
@@ -392,7 +405,7 @@ Span* Backend::alloc(size_t bytes, size_t align, bool growing, bool may_grow) {
   size_t taken = units ? align_up(bytes, kUnitSize) : align_up(bytes, kSlotSize);
   LockGuard g(lock_);
   note_activity(now);
-  if (!within_hard_limit(taken)) return nullptr;
+  if (!admit(taken)) return nullptr;
   if (units) return alloc_units(unsigned(taken >> kUnitShift), growing, may_grow);
   return alloc_slots(taken >> kSlotShift, align, may_grow);
 }
@@ -401,7 +414,7 @@ Span* Backend::alloc_units_span(unsigned units) {
   uint64_t now = platform_->now_ns(platform_->ctx);
   LockGuard g(lock_);
   note_activity(now);
-  if (units == 0 || units > kUnitsPerSlot || !within_hard_limit(size_t(units) * kUnitSize)) return nullptr;
+  if (units == 0 || units > kUnitsPerSlot || !admit(size_t(units) * kUnitSize)) return nullptr;
   return alloc_units(units, false, true);
 }
 
@@ -410,11 +423,48 @@ void Backend::note_activity(uint64_t now) {
   __atomic_store_n(&last_activity_ns_, now, __ATOMIC_RELAXED);
 }
 
-bool Backend::within_hard_limit(size_t more) {
+bool Backend::admit(size_t more) {
+  uint64_t active = stats_->get(Stat::active_bytes) + more;
   uint64_t hard = hard_limit();
-  if (!hard || stats_->get(Stat::active_bytes) + more <= hard) return true;
-  stats_->add(Stat::limit_failures, 1);
-  return false;
+  if (hard && active > hard) {
+    stats_->add(Stat::limit_failures, 1);
+    return false;
+  }
+  if (LM_UNLIKELY(hugepages_ && !huge_arenas_) && active >= uint64_t(option(Opt::hugepage_threshold))) {
+    advise_arenas_huge();
+  }
+  return true;
+}
+
+// Hugepage advice.  A small heap stays on 4 KiB pages: a hugepage would
+// make its first touch of a slot fault in 2 MiB.  Once active bytes reach
+// Opt::hugepage_threshold every arena, present and future, is advised
+// MADV_HUGEPAGE as a whole (one call per arena: no mapping is split), and
+// slots not yet touched fault in hugepages from then on.  A huge block's
+// slots are advised when it is allocated whatever the heap's size (it is
+// one block, touched whole or nearly).
+void Backend::advise_arenas_huge() {
+  huge_arenas_ = true;
+  for (Arena* a = arenas_; a; a = a->next) {
+    platform_->advise_hugepage(platform_->ctx, reinterpret_cast<void*>(a->base), a->nslots * kSlotSize, true);
+  }
+}
+
+void Backend::advise_slots_huge(SlotMeta* first, size_t n) {
+  if (!hugepages_ || huge_arenas_) return;
+  // One call per run of slots not yet advised (an arena's slots are
+  // consecutive in its SlotMeta array and in the address space).
+  size_t i = 0;
+  while (i < n) {
+    if (first[i].thp) {
+      ++i;
+      continue;
+    }
+    size_t j = i;
+    while (j < n && !first[j].thp) first[j++].thp = true;
+    platform_->advise_hugepage(platform_->ctx, reinterpret_cast<void*>(first[i].base), (j - i) * kSlotSize, true);
+    i = j;
+  }
 }
 
 // ---------------------------------------------------------- release
@@ -530,7 +580,7 @@ bool Backend::resize(Span* s, size_t bytes) {
   uint64_t now = platform_->now_ns(platform_->ctx);
   LockGuard g(lock_);
   now_ = now;
-  if (bytes > s->bytes && !within_hard_limit(align_up(bytes, kUnitSize) - s->bytes)) return false;
+  if (bytes > s->bytes && !admit(align_up(bytes, kUnitSize) - s->bytes)) return false;
   if (s->kind == SpanKind::kLarge && bytes > kMaxLarge) {
     // A large block alone in its slot, from its first unit, becomes a huge
     // block of that slot in place (and may then grow into the next slots):
@@ -550,6 +600,7 @@ bool Backend::resize(Span* s, size_t bytes) {
     stats_->add(Stat::huge_blocks, 1);
     stats_->add(Stat::huge_bytes, kSlotSize);
     stats_->add(Stat::promotions, 1);
+    advise_slots_huge(m, 1);
   }
   if (s->kind == SpanKind::kLarge) {
     // Within the slot: shrink by freeing tail units, grow into free ones.
@@ -597,6 +648,7 @@ bool Backend::resize(Span* s, size_t bytes) {
       m->kind = SlotKind::kHuge;
       for (unsigned u = 0; u < kUnitsPerSlot; ++u) m->unit_span[u] = s;
     }
+    advise_slots_huge(right, add);
   }
   stats_->sub(Stat::huge_bytes, s->bytes);
   s->nslots = want;

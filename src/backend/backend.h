@@ -54,6 +54,7 @@ struct SlotMeta {
   uint64_t purged_ns;  // when units of this slot were last purged (0: never)
   uint8_t decay_shift; // hysteresis: this slot waits decay << decay_shift
   bool suppressed;     // a purge of this idle episode was suppressed (counted once)
+  bool thp;            // advised MADV_HUGEPAGE on its own (a huge block's slot)
   SlotMeta* free_next; // free-run bin (first slot of a run)
   SlotMeta* free_prev;
   SlotMeta* part_next; // slots of kind kUnits with free units
@@ -66,21 +67,17 @@ struct SlotMeta {
 
 // The page maps.  A root entry covers 2^13 slots (16 GiB) with a leaf of
 // SlotMeta* (the slot map: owns_address) and a leaf of Span* per 64 KiB
-// unit (the unit map: span_of, two dependent loads).  Root entries without
-// a leaf lead to the empty leaves, whose entries say "nothing here"
-// (g_no_slot; a null span), so lookups need one null test only (on the
-// span).
-inline constinit SlotMeta g_no_slot{};
+// unit (the unit map: span_of, two dependent loads).  A root entry holds
+// its leaf's address as an offset from the empty leaf of its map, so that
+// zero (a root entry without a leaf) leads to the empty leaf, whose entries
+// are null ("nothing here"): the roots and the empty leaves are all zero in
+// the binary (.bss), need no relocation at load time, and stay untouched
+// until an arena is registered.  A lookup adds the empty leaf's address (a
+// link-time constant) to the root entry: no extra load, no extra branch.
 inline constexpr size_t kPageMapLeafSize = size_t(1) << 13;
 inline constexpr size_t kUnitLeafSize = kPageMapLeafSize * kUnitsPerSlot;
-struct EmptyLeaf {
-  SlotMeta* entries[kPageMapLeafSize];
-  constexpr EmptyLeaf() : entries() {
-    for (auto& e : entries) e = &g_no_slot;
-  }
-};
-inline constinit const EmptyLeaf g_empty_leaf;
-inline constinit Span* g_empty_unit_leaf[kUnitLeafSize] = {};  // never written (bss)
+inline constinit SlotMeta* g_empty_leaf[kPageMapLeafSize] = {};     // never written (bss)
+inline constinit Span* g_empty_unit_leaf[kUnitLeafSize] = {};       // never written (bss)
 
 struct Arena {
   uintptr_t base;
@@ -146,10 +143,7 @@ struct MemoryState {
 
 class Backend {
  public:
-  constexpr Backend() {
-    for (auto& r : root_) r = g_empty_leaf.entries;
-    for (auto& r : unit_root_) r = g_empty_unit_leaf;
-  }
+  constexpr Backend() = default;
 
   // `platform` and `stats` must outlive the backend.
   void init(const Platform* platform, Stats* stats, size_t arena_reserve, bool hugepages);
@@ -198,8 +192,9 @@ class Backend {
     uintptr_t a = reinterpret_cast<uintptr_t>(p);
     uintptr_t slot = a >> kSlotShift;
     if (LM_UNLIKELY(slot >= (uintptr_t(1) << (kAddressBits - kSlotShift)))) return nullptr;
-    Span* const* leaf = __atomic_load_n(&unit_root_[slot >> kLeafBits], __ATOMIC_ACQUIRE);
-    return leaf[(a >> kUnitShift) & (kUnitLeafSize - 1)];
+    uintptr_t leaf = __atomic_load_n(&unit_root_[slot >> kLeafBits], __ATOMIC_ACQUIRE) +
+                     reinterpret_cast<uintptr_t>(g_empty_unit_leaf);
+    return reinterpret_cast<Span* const*>(leaf)[(a >> kUnitShift) & (kUnitLeafSize - 1)];
   }
   // True if `p` lies in address space this backend reserved.
   bool owns_address(const void* p) const;
@@ -261,7 +256,12 @@ class Backend {
   Span* alloc_units(unsigned n, bool fresh_slot, bool may_grow);
   Span* alloc_slots(size_t nslots, size_t align, bool may_grow);
   void account_take(SlotMeta* m, uint32_t mask);
-  bool within_hard_limit(size_t more_active_bytes);
+  // Whether `more_active_bytes` may be handed out (hard limit); starts the
+  // hugepage advice of every arena when active bytes reach
+  // Opt::hugepage_threshold.
+  bool admit(size_t more_active_bytes);
+  void advise_arenas_huge();
+  void advise_slots_huge(SlotMeta* first, size_t nslots);
   void note_activity(uint64_t now);  // sets now_ and last_activity_ns_
   uint64_t slot_decay_ns(const SlotMeta* m, uint64_t base_ns, const PurgeSelect& sel) const;
   void dirty_touch(SlotMeta* m, uint64_t now);
@@ -284,7 +284,10 @@ class Backend {
   const Platform* platform_ = nullptr;
   Stats* stats_ = nullptr;
   size_t arena_reserve_ = 0;
-  bool hugepages_ = true;
+  static constexpr size_t kFirstArena = size_t(64) << 20;
+  unsigned grown_ = 0;               // REQUIRES lock_: regular arenas reserved below arena_reserve_
+  bool hugepages_ = false;           // Opt::hugepages
+  bool huge_arenas_ = false;         // REQUIRES lock_: every arena is advised MADV_HUGEPAGE
   uint64_t now_ = 0;                 // REQUIRES lock_: the clock at this operation
   uint64_t last_activity_ns_ = 0;
   uint64_t hard_limit_ = 0;
@@ -299,10 +302,19 @@ class Backend {
   SlotMeta* dirty_tail_ = nullptr;
   MetaPool<Span> spans_;
   MetaPool<Arena> arena_records_;
-  // Leaves are g_empty_leaf until an arena needs them; written with release
-  // under lock_, read with acquire by span_of().
-  SlotMeta* const* root_[kRootSize];
-  Span* const* unit_root_[kRootSize];
+  // Offsets of the leaves from g_empty_leaf / g_empty_unit_leaf (0: the
+  // empty leaf) until an arena needs them; written with release under
+  // lock_, read with acquire by owns_address() and span_of().
+  uintptr_t root_[kRootSize] = {};
+  uintptr_t unit_root_[kRootSize] = {};
+  SlotMeta** slot_leaf(uintptr_t root_index) const {
+    return reinterpret_cast<SlotMeta**>(__atomic_load_n(&root_[root_index], __ATOMIC_ACQUIRE) +
+                                        reinterpret_cast<uintptr_t>(g_empty_leaf));
+  }
+  Span** unit_leaf(uintptr_t root_index) const {
+    return reinterpret_cast<Span**>(__atomic_load_n(&unit_root_[root_index], __ATOMIC_ACQUIRE) +
+                                    reinterpret_cast<uintptr_t>(g_empty_unit_leaf));
+  }
 };
 
 }  // namespace lazymalloc

@@ -1,11 +1,13 @@
 // The extended C API (include/lazymalloc/lazymalloc.h) and the allocator
 // under its own prefixed names.  Linked into every flavour of the library.
 #include <errno.h>
+#include <string.h>
 
 #include "core/bits.h"
 #include "core/options.h"
 #include "frontend/heap.h"
 #include "lazymalloc/lazymalloc.h"
+#include "pal/pal.h"
 
 using namespace lazymalloc;
 
@@ -133,9 +135,19 @@ LAZYMALLOC_API size_t lazymalloc_discardable_purge(void) { return lm_discardable
 namespace {
 // Statistics at exit (LAZYMALLOC_STATS=1|text|json).  A destructor of the
 // library, so it also runs for programs that never call exit handlers of
-// their own; it allocates nothing.
+// their own; it allocates nothing.  A program that never allocated has not
+// read its options (lm_init did not run, and is not run here: it would
+// reserve memory at exit): LAZYMALLOC_STATS is read here for it.
 __attribute__((destructor(101))) void print_stats_at_exit() {
   int64_t mode = option(Opt::stats);
+  if (!mode) {
+    static const char kVar[] = "LAZYMALLOC_STATS=";
+    for (char** e = pal::environment(); e && *e; ++e) {
+      if (strncmp(*e, kVar, sizeof kVar - 1) == 0 && option_parse(unsigned(Opt::stats), *e + sizeof kVar - 1, &mode)) {
+        option_set(unsigned(Opt::stats), mode);
+      }
+    }
+  }
   if (mode) lm_stats_print(mode == 2, lm_stats_fd());
 }
 }  // namespace

@@ -118,6 +118,15 @@ int get_errno();
 void set_errno(int e);
 // Returns the environment block (environ).
 char** environment();
+// Run-time symbol lookup (operator new's use of the C++ runtime):
+// the definition of `symbol` that the library's own interposes, i.e. the
+// next one in the global lookup order (dlsym RTLD_NEXT; allocates nothing),
+// or nullptr.
+void* next_symbol(const char* symbol);
+// The address of `symbol` in the shared library `library` if the process
+// has it loaded, in any scope (dlopen RTLD_NOLOAD: never loads it; may
+// allocate), or nullptr.
+void* loaded_symbol(const char* library, const char* symbol);
 
 }  // namespace pal
 }  // namespace lazymalloc

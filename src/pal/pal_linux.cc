@@ -1,4 +1,5 @@
 // The Linux platform layer.
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/uio.h>
@@ -266,6 +267,16 @@ bool start_thread(void* (*fn)(void*), void* arg) {
 
 int get_errno() { return errno; }
 void set_errno(int e) { errno = e; }
+void* next_symbol(const char* symbol) { return dlsym(RTLD_NEXT, symbol); }
+
+void* loaded_symbol(const char* library, const char* symbol) {
+  void* lib = dlopen(library, RTLD_LAZY | RTLD_NOLOAD);
+  if (!lib) return nullptr;
+  void* p = dlsym(lib, symbol);
+  dlclose(lib);  // drops the reference RTLD_NOLOAD took; the library stays
+  return p;
+}
+
 char** environment() { return environ; }
 
 namespace {

@@ -98,7 +98,7 @@ class Releaser {
   Purger* purger_ = nullptr;
   const Platform* platform_ = nullptr;
   Stats* stats_ = nullptr;
-  unsigned cpus_ = 1;
+  unsigned cpus_ = 0;  // set by init()
 
   Mutex lock_;
   Job jobs_[kMaxJobs] = {};

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <vector>
 
 #include "backend/backend.h"
 #include "core/options.h"
@@ -148,6 +149,94 @@ TEST_F(BackendTest, NewArenasWhenFullAndENOMEMWhenTheKernelSaysNo) {
   fake.fail_reserve = false;
   backend->release(big);
   backend->release(more);
+}
+
+// Arenas start at 64 MiB (a small program's slot records fit in a page) and
+// double up to arena_reserve; a request over half the next arena's size
+// gets an arena of its own size, which does not count as a step.
+TEST_F(BackendTest, ArenasGrowFrom64MiBToTheReserveSize) {
+  backend->init(fake.get(), stats.get(), 256 * kMiB, false);
+  std::vector<Span*> spans;
+  auto alloc = [&](size_t bytes) {
+    Span* s = backend->alloc(bytes, 16);
+    EXPECT_NE(s, nullptr) << bytes;
+    spans.push_back(s);
+  };
+  auto sizes = [&] {
+    std::vector<size_t> out;
+    for (const auto& r : fake.reservations) out.push_back(r.second / kMiB);
+    return out;
+  };
+  alloc(kUnitSize);
+  alloc(30 * kMiB);
+  alloc(30 * kMiB);  // 31 of the 32 slots
+  EXPECT_EQ(sizes(), (std::vector<size_t>{64}));
+  alloc(30 * kMiB);
+  EXPECT_EQ(sizes(), (std::vector<size_t>{64, 128}));
+  alloc(100 * kMiB);
+  EXPECT_EQ(sizes(), (std::vector<size_t>{64, 128, 256}));
+  alloc(200 * kMiB);  // over half of 256 MiB: its own size
+  EXPECT_EQ(sizes(), (std::vector<size_t>{64, 128, 256, 200}));
+  alloc(100 * kMiB);  // into the 256 MiB arena's free slots
+  EXPECT_EQ(sizes().size(), 4u);
+  alloc(120 * kMiB);
+  EXPECT_EQ(sizes(), (std::vector<size_t>{64, 128, 256, 200, 256}));
+  for (Span* s : spans) backend->release(s);
+  EXPECT_EQ(backend->check_invariants(), nullptr);
+}
+
+// Hugepage advice: none for a small heap's arena; a huge block's own slots
+// at once (once); every arena, whole, when active bytes reach the threshold,
+// and later arenas when they are reserved.
+TEST_F(BackendTest, HugepageAdviceStartsAtTheThresholdAndCoversHugeBlocksAtOnce) {
+  set(Opt::hugepage_threshold, 8 * kMiB);
+  backend->init(fake.get(), stats.get(), 64 * kMiB, true);
+  auto huge_advice = [&] {
+    std::vector<std::pair<uintptr_t, size_t>> out;
+    for (const auto& c : fake.hugepage_advice) {
+      if (c.huge) out.emplace_back(reinterpret_cast<uintptr_t>(c.addr), c.len);
+    }
+    return out;
+  };
+  Span* small = backend->alloc(kMaxLarge, 16);
+  ASSERT_NE(small, nullptr);
+  ASSERT_EQ(fake.reservations.size(), 1u);
+  const uintptr_t arena = reinterpret_cast<uintptr_t>(fake.reservations[0].first);
+  // Only the unit map's leaf, MADV_NOHUGEPAGE.
+  ASSERT_EQ(fake.hugepage_advice.size(), 1u);
+  EXPECT_FALSE(fake.hugepage_advice[0].huge);
+
+  Span* h = backend->alloc(4 * kMiB, 16);  // active 5 MiB
+  ASSERT_NE(h, nullptr);
+  using Ranges = std::vector<std::pair<uintptr_t, size_t>>;
+  const uintptr_t h_start = reinterpret_cast<uintptr_t>(h->start);
+  EXPECT_EQ(huge_advice(), (Ranges{{h_start, 4 * kMiB}}));
+  backend->release(h);
+  h = backend->alloc(4 * kMiB, 16);  // the same slots, advised already
+  ASSERT_NE(h, nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(h->start), h_start);
+  EXPECT_EQ(huge_advice().size(), 1u);
+
+  Span* h2 = backend->alloc(4 * kMiB, 16);  // active 9 MiB: the whole arena
+  ASSERT_NE(h2, nullptr);
+  EXPECT_EQ(huge_advice(), (Ranges{{h_start, 4 * kMiB}, {arena, 64 * kMiB}}));
+  Span* far = backend->alloc(60 * kMiB, 16);  // an arena of its own, advised when reserved
+  ASSERT_NE(far, nullptr);
+  ASSERT_EQ(fake.reservations.size(), 2u);
+  EXPECT_EQ(huge_advice(), (Ranges{{h_start, 4 * kMiB},
+                                   {arena, 64 * kMiB},
+                                   {reinterpret_cast<uintptr_t>(fake.reservations[1].first), 60 * kMiB}}));
+  for (Span* s : {small, h, h2, far}) backend->release(s);
+  EXPECT_EQ(backend->check_invariants(), nullptr);
+}
+
+TEST_F(BackendTest, HugepageAdviceIsOffWithTheOption) {
+  set(Opt::hugepage_threshold, 0);
+  backend->init(fake.get(), stats.get(), 64 * kMiB, false);
+  Span* h = backend->alloc(4 * kMiB, 16);
+  ASSERT_NE(h, nullptr);
+  for (const auto& c : fake.hugepage_advice) EXPECT_FALSE(c.huge);
+  backend->release(h);
 }
 
 TEST_F(BackendTest, DecayGivesIdleSlotsMadvFreeAfterDecayMs) {

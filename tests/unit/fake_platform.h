@@ -96,6 +96,12 @@ class FakePlatform {
   size_t advise_calls = 0;   // platform advice calls (vector or range)
   size_t vector_calls = 0;   // of which process_madvise
   size_t hugepage_calls = 0;
+  struct HugepageCall {
+    void* addr;
+    size_t len;
+    bool huge;  // MADV_HUGEPAGE (else MADV_NOHUGEPAGE)
+  };
+  std::vector<HugepageCall> hugepage_advice;
   size_t threads_started = 0;
   size_t mapped_bytes = 0;     // metadata bytes mapped (unmaps are listed below)
   size_t reserved_bytes = 0;   // bytes reserved
@@ -178,7 +184,10 @@ class FakePlatform {
     }
     return long(bytes - (f->vector_short_by < bytes ? f->vector_short_by : bytes));
   }
-  static void hugepage(void* ctx, void*, size_t, bool) { self(ctx)->hugepage_calls++; }
+  static void hugepage(void* ctx, void* addr, size_t len, bool huge) {
+    self(ctx)->hugepage_calls++;
+    self(ctx)->hugepage_advice.push_back({addr, len, huge});
+  }
   static bool start_thread(void* ctx, void* (*)(void*), void*) {
     // Never runs the thread: a test drives the purger's ticks itself.
     FakePlatform* f = self(ctx);

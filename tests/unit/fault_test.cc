@@ -84,6 +84,7 @@ TEST_F(FaultTest, ArenaReservationFailsThenAllocationWorksAgain) {
 
 TEST_F(FaultTest, ArenaReservationIsHalvedWhenTheFullSizeFails) {
   set(Opt::hugepages, 1);
+  set(Opt::hugepage_threshold, 0);  // every arena advised from the start
   backend->init(fake.get(), stats.get(), 64 * kMiB, true);
   fake.reserve_fault.fail_nth(1);  // 64 MiB fails, 32 MiB is taken
   Span* s = backend->alloc(kUnitSize, 16);
