@@ -589,6 +589,7 @@ void heap_thread_exit(void* arg) {
   g.pool = h;
   g.stats.add(Stat::heaps_pooled, 1);
   g.stats.add(Stat::thread_exits, 1);
+  g.background.thread_exited();  // it looks whether a thread of the program is left
 }
 
 void fork_prepare() {
