@@ -44,7 +44,8 @@ class PressureMonitor {
   // bytes (active+retained+lazy).  Reads the PSI, cgroup and meminfo files
   // (the purger calls it every pressure_interval_ms or less often, see
   // Purger::pressure_interval_ns).
-  PressureRequest check(uint64_t now_ns, uint64_t footprint, uint64_t soft_limit);
+  // `files` false: the soft limit only (no file is read).
+  PressureRequest check(uint64_t now_ns, uint64_t footprint, uint64_t soft_limit, bool files = true);
   // True when the process lives in a cgroup with a memory limit, where lazily
   // freed pages still count against the limit until reclaimed.
   // (Read by any thread that purges; written by the background thread.)

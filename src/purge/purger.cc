@@ -314,12 +314,17 @@ uint64_t Purger::next_due(uint64_t now) {
 
 void Purger::tick(uint64_t now) {
   uint64_t held = held_free();
-  if (held && checks_wanted() && now - last_check_ns_ >= pressure_interval_ns(held)) {
+  bool files = held && checks_wanted() && now - last_check_ns_ >= pressure_interval_ns(held);
+  uint64_t soft = uint64_t(option(Opt::memory_limit));
+  // The soft limit costs no file read: on every wakeup (memory that huge
+  // releases settle may exceed it between two frees).
+  if (files || soft) {
+    PressureRequest req = pressure_.check(now, soft ? footprint() : 0, soft, files);
+    if (req.bytes) relieve(req.bytes);
+  }
+  if (files) {
     last_check_ns_ = now;
     stats_->add(Stat::pressure_checks, 1);
-    uint64_t soft = uint64_t(option(Opt::memory_limit));
-    PressureRequest req = pressure_.check(now, soft ? footprint() : 0, soft);
-    if (req.bytes) relieve(req.bytes);
     discard_excess();
   }
   decay_pass(now);
@@ -400,7 +405,9 @@ bool BackgroundPurger::last_thread() const {
   char text[2048];
   if (platform_->read_file(platform_->ctx, "/proc/self/status", text, sizeof text) <= 0) return false;
   uint64_t live = 0;
-  return parse_status_live_threads(text, &live) && live == 1;
+  // Release workers are ours too (they exit after a second without work).
+  uint64_t ours = 1 + stats_->get(Stat::release_threads);
+  return parse_status_live_threads(text, &live) && live <= ours;
 }
 
 bool BackgroundPurger::threads_check(Round& r, uint64_t now) {
@@ -417,7 +424,7 @@ bool BackgroundPurger::threads_check(Round& r, uint64_t now) {
   r.last_check_ns = now;
   if (last_thread()) return true;
   if (now >= r.check_due_ns) {
-    r.check_due_ns = ++r.check_step <= 3 ? now + (kExitCheckDelayNs << (2 * r.check_step)) : kNoDeadline;
+    r.check_due_ns = ++r.check_step <= 4 ? now + (kExitCheckDelayNs << (2 * r.check_step)) : kNoDeadline;
   }
   return false;
 }

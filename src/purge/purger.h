@@ -205,11 +205,11 @@ class Purger {
 // no allocator lock held; it creates the thread with all signals blocked.
 //
 // A process whose last own thread ends (pthread_exit) must end: ours must
-// not keep it alive.  The thread reads /proc/self/status (live threads) when
-// a thread with a heap exits (thread_exited(): after 10 ms, then 40, 160 and
-// 640 ms later while other threads remain), and on any wakeup at least 1 s
-// after its last look; never on a timer of its own.  An idle process has no
-// background thread at all.
+// not keep it alive.  The thread reads /proc/self/status (live threads, less
+// our release workers) when a thread with a heap exits (thread_exited():
+// after 10 ms, then 40, 160, 640 and 2560 ms later while other threads
+// remain), and on any wakeup at least 1 s after its last look; never on a
+// timer of its own.  An idle process has no background thread at all.
 class BackgroundPurger {
  public:
   // What one thread keeps between its rounds.
