@@ -209,8 +209,9 @@ size_t Purger::purge_all(bool dontneed) {
   }
   // LAZY memory now waits for the lazy stage (no lock held: this may start
   // the thread).
-  if (!dontneed && background_) {
-    background_->request(sel.now_ns + uint64_t(option(Opt::lazy_decay_ms)) * kMs);
+  BackgroundPurger* bg = background_.load(std::memory_order_acquire);
+  if (!dontneed && bg && bg->ensure_started(this, platform_, stats_)) {
+    wakeup_.poke(platform_, sel.now_ns + uint64_t(option(Opt::lazy_decay_ms)) * kMs);
   }
   return total;
 }
@@ -301,7 +302,8 @@ uint64_t Purger::next_due(uint64_t now) {
   uint64_t held = held_free();
   if (held && checks_wanted()) {
     uint64_t interval = pressure_interval_ns(held);
-    uint64_t check = interval > kNever - last_check_ns_ ? kNever : last_check_ns_ + interval;
+    uint64_t last = last_check_ns_.load(std::memory_order_relaxed);
+    uint64_t check = interval > kNever - last ? kNever : last + interval;
     if (check < due) due = check;
   }
   // Huge blocks being released settle as LAZY (or CLEAN) later: look again.
@@ -314,7 +316,8 @@ uint64_t Purger::next_due(uint64_t now) {
 
 void Purger::tick(uint64_t now) {
   uint64_t held = held_free();
-  bool files = held && checks_wanted() && now - last_check_ns_ >= pressure_interval_ns(held);
+  bool files = held && checks_wanted() &&
+               now - last_check_ns_.load(std::memory_order_relaxed) >= pressure_interval_ns(held);
   uint64_t soft = uint64_t(option(Opt::memory_limit));
   // The soft limit costs no file read: on every wakeup (memory that huge
   // releases settle may exceed it between two frees).
@@ -323,7 +326,7 @@ void Purger::tick(uint64_t now) {
     if (req.bytes) relieve(req.bytes);
   }
   if (files) {
-    last_check_ns_ = now;
+    last_check_ns_.store(now, std::memory_order_relaxed);
     stats_->add(Stat::pressure_checks, 1);
     discard_excess();
   }
@@ -371,10 +374,14 @@ bool BackgroundPurger::ensure_started(Purger* purger, const Platform* platform, 
   if (!state_.compare_exchange_strong(s, kStarting, std::memory_order_acq_rel)) {
     return s == kRunning;
   }
-  purger_ = purger;
-  platform_ = platform;
-  stats_ = stats;
-  purger->background_ = this;
+  // Written only when they change (a test's platform): a thread on its way
+  // out may still read them while a new one starts.
+  if (purger_ != purger) purger_ = purger;
+  if (platform_ != platform) platform_ = platform;
+  if (stats_ != stats) stats_ = stats;
+  if (purger->background_.load(std::memory_order_relaxed) != this) {
+    purger->background_.store(this, std::memory_order_release);
+  }
   // Running before the thread exists: its first round plans with whatever
   // the caller released.
   state_.store(kRunning, std::memory_order_seq_cst);
@@ -397,10 +404,6 @@ void BackgroundPurger::thread_exited() {
   purger_->wakeup().poke(platform_, platform_->now_ns(platform_->ctx) + kExitCheckDelayNs);
 }
 
-void BackgroundPurger::request(uint64_t due) {
-  if (purger_ && ensure_started(purger_, platform_, stats_)) purger_->wakeup().poke(platform_, due);
-}
-
 bool BackgroundPurger::last_thread() const {
   char text[2048];
   if (platform_->read_file(platform_->ctx, "/proc/self/status", text, sizeof text) <= 0) return false;
@@ -410,15 +413,18 @@ bool BackgroundPurger::last_thread() const {
   return parse_status_live_threads(text, &live) && live <= ours;
 }
 
+void BackgroundPurger::note_exits(Round& r, uint64_t now) {
+  if (!exit_seen_.exchange(false, std::memory_order_relaxed)) return;
+  // A thread exited: look once it is gone, then a few times more while
+  // other threads (release workers finishing, say) remain.
+  uint64_t at = now + kExitCheckDelayNs;
+  uint64_t spaced = r.last_check_ns + kThreadCheckNs / 10;
+  r.check_due_ns = r.last_check_ns && spaced > at ? spaced : at;
+  r.check_step = 0;
+}
+
 bool BackgroundPurger::threads_check(Round& r, uint64_t now) {
-  if (exit_seen_.exchange(false, std::memory_order_relaxed)) {
-    // A thread exited: look once it is gone, then a few times more while
-    // other threads (release workers finishing, say) remain.
-    uint64_t at = now + kExitCheckDelayNs;
-    uint64_t spaced = r.last_check_ns + kThreadCheckNs / 10;
-    r.check_due_ns = r.last_check_ns && spaced > at ? spaced : at;
-    r.check_step = 0;
-  }
+  note_exits(r, now);
   bool due = now >= r.check_due_ns || !r.last_check_ns || now - r.last_check_ns >= kThreadCheckNs;
   if (!due) return false;
   r.last_check_ns = now;
@@ -458,6 +464,8 @@ bool BackgroundPurger::round(Round& r) {
   uint32_t seq = w.seq.load(std::memory_order_acquire);
   uint64_t due = pu->next_due(now);
   if (due == Purger::kNever) return retire(r, now);
+  // (A thread may have exited before this thread first planned.)
+  note_exits(r, now);
   // After a poke, look again within the shortest decay: a stream of
   // releases whose own deadlines are later wakes the thread at most once
   // per sleep.

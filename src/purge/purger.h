@@ -192,8 +192,10 @@ class Purger {
   std::atomic<uint64_t> last_inline_ns_{0};
   std::atomic<uint64_t> last_pressure_ns_{0};  // last relieve() (pressure, limits, API)
   std::atomic<bool> pressure_ready_{false};
-  uint64_t last_check_ns_ = 0;  // last pressure check (background thread)
-  BackgroundPurger* background_ = nullptr;  // set once a thread was asked for
+  // Last pressure check.  Written by the background thread; read also by one
+  // that is retiring while a new one starts.
+  std::atomic<uint64_t> last_check_ns_{0};
+  std::atomic<BackgroundPurger*> background_{nullptr};  // set once a thread was asked for
   Wakeup wakeup_;
 };
 
@@ -230,9 +232,6 @@ class BackgroundPurger {
   void fork_child() { state_.store(kNone, std::memory_order_relaxed); }
   // A thread with a heap is exiting (its pthread key destructor).
   void thread_exited();
-  // Work due at `due` was created outside a release (an explicit lazy purge):
-  // starts the thread if needed and wakes it if it sleeps past `due`.
-  void request(uint64_t due);
   // One round of the thread; false when it has exited its loop (state
   // kNone).  Tests drive it directly with a fake platform.
   bool round(Round& r);
@@ -242,6 +241,8 @@ class BackgroundPurger {
   bool last_thread() const;  // true if this is the process's only thread
   // The /proc look, when due; true if the thread must end.
   bool threads_check(Round& r, uint64_t now);
+  // Schedules the looks after a thread exit, if one was reported.
+  void note_exits(Round& r, uint64_t now);
   // Nothing is held: state kNone unless work arrived meanwhile.  true: keep running.
   bool retire(Round& r, uint64_t now);
   void count_cpu(Round& r);

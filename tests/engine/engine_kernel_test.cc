@@ -256,8 +256,10 @@ TEST_F(Engine, ProcessEndsWhenItsLastThreadExits) {
   pid_t pid = fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
-    void* p = malloc(8 * kMiB);  // a release to the backend starts the thread
-    memset(p, 1, 8 * kMiB);
+    // A large block goes back to the backend RETAINED: the thread starts
+    // and stays (its decay is due in 100 ms).
+    void* p = malloc(512 * 1024);
+    memset(p, 1, 512 * 1024);
     free(p);
     uint64_t threads = 0;
     for (int i = 0; i < 200 && threads != 1; ++i) {
@@ -332,9 +334,13 @@ TEST_F(Engine, ProcessEndsWhenItsLastThreadExitsThroughPthread) {
     lazymalloc_option_set("pressure", 0);
     lazymalloc_option_set("decay_ms", 60000);
     lazymalloc_option_set("partial_decay_ms", 60000);
-    void* p = malloc(8 * kMiB);  // a release to the backend starts the thread
-    memset(p, 1, 8 * kMiB);
+    // RETAINED for a minute: the thread starts and sleeps to its decay.
+    void* p = malloc(512 * 1024);
+    memset(p, 1, 512 * 1024);
     free(p);
+    uint64_t running = 0;
+    lazymalloc_stat_get("background_threads", &running);
+    if (running != 1) _exit(3);
     pthread_t t;
     auto last = [](void*) -> void* {
       free(malloc(100));  // a heap, so the exit hook runs
