@@ -255,6 +255,33 @@ void Backend::dirty_touch(SlotMeta* m, uint64_t now) {
   m->in_dirty = true;
 }
 
+void Backend::lazy_remove(SlotMeta* m) {
+  if (!m->lazy) lazy_unlink(m);
+}
+
+void Backend::lazy_unlink(SlotMeta* m) {
+  if (!m->in_lazy) return;
+  if (m->lazy_prev) m->lazy_prev->lazy_next = m->lazy_next; else lazy_head_ = m->lazy_next;
+  if (m->lazy_next) m->lazy_next->lazy_prev = m->lazy_prev; else lazy_tail_ = m->lazy_prev;
+  m->lazy_next = m->lazy_prev = nullptr;
+  m->in_lazy = false;
+}
+
+void Backend::lazy_touch(SlotMeta* m, uint64_t now) {
+  // To the tail with the new stamp: the list stays ordered by lazy_ns (the
+  // slot's older LAZY units wait with its newest, as free_ns does).
+  lazy_unlink(m);
+  // Stamps taken by threads before the lock may arrive out of order.
+  if (lazy_tail_ && now < lazy_tail_->lazy_ns) now = lazy_tail_->lazy_ns;
+  m->lazy_ns = now;
+  if (!m->lazy) return;
+  m->lazy_prev = lazy_tail_;
+  m->lazy_next = nullptr;
+  if (lazy_tail_) lazy_tail_->lazy_next = m; else lazy_head_ = m;
+  lazy_tail_ = m;
+  m->in_lazy = true;
+}
+
 void Backend::partial_add(SlotMeta* m) {
   if (m->in_partial) return;
   m->part_prev = nullptr;
@@ -280,7 +307,8 @@ void Backend::account_take(SlotMeta* m, uint32_t mask) {
   if (purged && m->purged_ns) {
     // Hysteresis bookkeeping: was the purge of this slot premature?
     uint64_t since = now_ > m->purged_ns ? now_ - m->purged_ns : 0;
-    uint64_t decay = (uint64_t(option(Opt::decay_ms)) * 1000000) << m->decay_shift;
+    int64_t base_ms = option(m->lazy_purged ? Opt::lazy_decay_ms : Opt::decay_ms);
+    uint64_t decay = (uint64_t(base_ms) * 1000000) << m->decay_shift;
     if (since < decay) {
       stats_->add(Stat::refaults, 1);
       stats_->add(Stat::refault_bytes, units_bytes(purged));
@@ -303,6 +331,7 @@ void Backend::account_take(SlotMeta* m, uint32_t mask) {
   m->retained &= ~mask;
   m->lazy &= ~mask;
   if (!m->retained) dirty_remove(m);
+  lazy_remove(m);
 }
 
 Span* Backend::alloc_units(unsigned n, bool fresh_slot, bool may_grow) {
@@ -480,6 +509,7 @@ void Backend::release_slots(SlotMeta* first, size_t n, uint64_t now, bool clean)
     for (unsigned u = 0; u < kUnitsPerSlot; ++u) m->unit_span[u] = nullptr;
     m->retained = clean ? 0 : kAllUnits;
     m->lazy = 0;
+    lazy_remove(m);
     dirty_touch(m, now);
   }
   stats_->sub(Stat::active_bytes, n * kSlotSize);
@@ -546,6 +576,7 @@ bool Backend::release_huge(Span* s, uint64_t retain_budget, SlotRun* run, uint64
         m->kind = SlotKind::kPurging;
         m->retained = 0;
         m->lazy = 0;
+        lazy_remove(m);
         m->purging = kAllUnits;
         m->purge_mask = 0;
         m->free_ns = now;
@@ -704,11 +735,16 @@ bool Backend::take_units(SlotMeta* m, uint32_t want, PurgeBatch* b, size_t max_r
   m->purging |= mask;
   if (m->used == kAllUnits) partial_remove(m);
   if (!m->retained) dirty_remove(m);
+  lazy_remove(m);
   return true;
 }
 
 SlotMeta* Backend::take_run(SlotMeta* m, const PurgeSelect& sel, PurgeBatch* b, size_t max_range) {
   auto want_of = [&](SlotMeta* s) -> uint32_t {
+    if (sel.lazy_stage) {
+      uint64_t lazy_age = sel.now_ns > s->lazy_ns ? sel.now_ns - s->lazy_ns : 0;
+      return s->lazy && lazy_age >= slot_decay_ns(s, sel.min_age_lazy_ns, sel) ? s->lazy : 0;
+    }
     uint64_t age = sel.now_ns > s->free_ns ? sel.now_ns - s->free_ns : 0;
     if (s->retained && age < slot_decay_ns(s, sel.min_age_free_ns, sel)) return 0;
     return s->retained | (sel.include_lazy ? s->lazy : 0);
@@ -767,6 +803,7 @@ SlotMeta* Backend::take_run(SlotMeta* m, const PurgeSelect& sel, PurgeBatch* b, 
     s->retained &= ~mask;
     s->lazy &= ~mask;
     if (!s->retained) dirty_remove(s);
+    lazy_remove(s);
   }
   return last + 1;
 }
@@ -786,6 +823,7 @@ void Backend::purge_collect(const PurgeSelect& sel, PurgeBatch* b) {
   b->nranges = 0;
   b->nitems = 0;
   b->bytes = 0;
+  b->lazy_stage = false;
   uint64_t min_age = sel.min_age_free_ns < sel.min_age_partial_ns ? sel.min_age_free_ns
                                                                   : sel.min_age_partial_ns;
   size_t max_range = sel.max_range < kUnitSize ? kUnitSize : sel.max_range;
@@ -818,10 +856,78 @@ void Backend::purge_collect(const PurgeSelect& sel, PurgeBatch* b) {
   }
 }
 
+void Backend::purge_collect_lazy(const PurgeSelect& sel, PurgeBatch* b) {
+  b->nranges = 0;
+  b->nitems = 0;
+  b->bytes = 0;
+  b->lazy_stage = true;
+  size_t max_range = sel.max_range < kUnitSize ? kUnitSize : sel.max_range;
+  LockGuard g(lock_);
+  SlotMeta* m = lazy_head_;
+  while (m && !batch_full(sel, b)) {
+    uint64_t age = sel.now_ns > m->lazy_ns ? sel.now_ns - m->lazy_ns : 0;
+    if (age < sel.min_age_lazy_ns) break;  // the rest of the list is younger
+    bool units = m->kind == SlotKind::kUnits;
+    if ((units || m->kind == SlotKind::kFree) && age >= slot_decay_ns(m, sel.min_age_lazy_ns, sel)) {
+      if (units) {
+        if (!take_units(m, m->lazy, b, max_range)) break;
+      } else {
+        take_run(m, sel, b, max_range);
+      }
+      m = lazy_head_;
+      continue;
+    }
+    m = m->lazy_next;
+  }
+}
+
+uint64_t Backend::slot_due_ns(const SlotMeta* m, uint64_t stamp, uint64_t base_ns, const PurgeSelect& sel) {
+  uint64_t plain = stamp + base_ns;
+  if (!sel.hysteresis || !m->decay_shift) return plain;
+  // Lengthened (or pinned) until the process turns idle, then plain decay.
+  uint64_t longer = m->decay_shift >= kMaxDecayShift ? kNoDeadline : stamp + (base_ns << m->decay_shift);
+  uint64_t idle = plain > sel.idle_ns ? plain : sel.idle_ns;
+  return longer < idle ? longer : idle;
+}
+
+uint64_t Backend::next_decay_ns(const PurgeSelect& sel) {
+  uint64_t min_base = sel.min_age_free_ns < sel.min_age_partial_ns ? sel.min_age_free_ns
+                                                                   : sel.min_age_partial_ns;
+  uint64_t best = kNoDeadline;
+  unsigned seen = 0;
+  LockGuard g(lock_);
+  for (SlotMeta* m = dirty_head_; m; m = m->dirty_next) {
+    uint64_t bound = m->free_ns + min_base;  // no later entry is due sooner
+    if (bound >= best) break;
+    if (++seen > kDeadlineScan) return bound;
+    bool units = m->kind == SlotKind::kUnits;
+    if (!units && m->kind != SlotKind::kFree) continue;  // being purged: settled later
+    uint64_t due = slot_due_ns(m, m->free_ns, units ? sel.min_age_partial_ns : sel.min_age_free_ns, sel);
+    if (due < best) best = due;
+  }
+  return best;
+}
+
+uint64_t Backend::next_lazy_ns(const PurgeSelect& sel) {
+  uint64_t best = kNoDeadline;
+  unsigned seen = 0;
+  LockGuard g(lock_);
+  for (SlotMeta* m = lazy_head_; m; m = m->lazy_next) {
+    uint64_t bound = m->lazy_ns + sel.min_age_lazy_ns;
+    if (bound >= best) break;
+    if (++seen > kDeadlineScan) return bound;
+    if (m->kind != SlotKind::kUnits && m->kind != SlotKind::kFree) continue;
+    uint64_t due = slot_due_ns(m, m->lazy_ns, sel.min_age_lazy_ns, sel);
+    if (due < best) best = due;
+  }
+  return best;
+}
+
 void Backend::purge_collect_all(const PurgeSelect& sel, PurgeCursor* cur, PurgeBatch* b) {
   b->nranges = 0;
   b->nitems = 0;
   b->bytes = 0;
+  b->lazy_stage = false;
   size_t max_range = sel.max_range < kUnitSize ? kUnitSize : sel.max_range;
   LockGuard g(lock_);
   if (!cur->started) {
@@ -860,9 +966,11 @@ void Backend::purge_finish(PurgeBatch* b, bool made_clean, bool failed) {
       s->retained |= mask & ~was_lazy;
       s->lazy |= was_lazy;
       if (s->retained && !s->in_dirty) dirty_touch(s, s->free_ns);
+      if (s->lazy && !s->in_lazy) lazy_touch(s, now);
       return;
     }
     s->purged_ns = now;
+    s->lazy_purged = b->lazy_stage;
     uint64_t from_retained = units_bytes(mask & ~was_lazy);
     uint64_t from_lazy = units_bytes(was_lazy);
     stats_->sub(Stat::retained_bytes, from_retained);
@@ -872,6 +980,7 @@ void Backend::purge_finish(PurgeBatch* b, bool made_clean, bool failed) {
     } else {
       stats_->add(Stat::lazy_bytes, from_retained + from_lazy);
       s->lazy |= mask;
+      lazy_touch(s, now);
     }
   };
   for (unsigned i = 0; i < b->nitems; ++i) {
@@ -911,13 +1020,23 @@ const char* Backend::check_invariants() {
     if (!m->retained) return "slot on the dirty list without retained units";
     if (++dirty > (size_t(1) << 30)) return "cycle in the dirty list";
   }
+  size_t lazy = 0;
+  for (SlotMeta* m = lazy_head_; m; m = m->lazy_next) {
+    if (!m->in_lazy) return "slot on the lazy list without in_lazy";
+    if (!m->lazy) return "slot on the lazy list without lazy units";
+    if (m->lazy_next && m->lazy_next->lazy_ns < m->lazy_ns) return "lazy list out of lazy_ns order";
+    if (++lazy > (size_t(1) << 30)) return "cycle in the lazy list";
+  }
+  size_t lazy_flagged = 0;
   size_t flagged = 0;
   size_t purging = 0;
   for (Arena* a = arenas_; a; a = a->next) {
     for (size_t i = 0; i < a->nslots; ++i) {
       SlotMeta* m = &a->slots[i];
       flagged += m->in_dirty;
+      lazy_flagged += m->in_lazy;
       if (m->retained & m->lazy) return "unit both retained and lazy";
+      if (bool(m->lazy) && !m->in_lazy) return "lazy units but not on the lazy list";
       if (bool(m->retained) && !m->in_dirty) return "retained units but not on the dirty list";
       switch (m->kind) {
         case SlotKind::kFree:
@@ -954,6 +1073,7 @@ const char* Backend::check_invariants() {
     }
   }
   if (flagged != dirty) return "in_dirty flags disagree with the dirty list";
+  if (lazy_flagged != lazy) return "in_lazy flags disagree with the lazy list";
   if (purging != purging_slots_) return "slots left in kPurging (no purge or release holds them)";
   return nullptr;
 }

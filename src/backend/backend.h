@@ -4,7 +4,7 @@
 //
 // Page-state machine (per 64 KiB unit; see docs/design.md):
 //
-//   in use --free--> RETAINED --purge(MADV_FREE)--> LAZY --purge(DONTNEED)--> CLEAN
+//   in use --free--> RETAINED --decay(MADV_FREE)--> LAZY --lazy decay(DONTNEED)--> CLEAN
 //     ^                 |                             |                        |
 //     +------reuse------+-------reuse (no fault)------+--reuse (zero, faults)--+
 //
@@ -51,16 +51,21 @@ struct SlotMeta {
   bool in_partial;
   uint32_t run_len;    // kFree: length in slots, valid on a run's first and last slot
   uint64_t free_ns;    // when a unit of this slot last became free
+  uint64_t lazy_ns;    // when units of this slot last became LAZY
   uint64_t purged_ns;  // when units of this slot were last purged (0: never)
   uint8_t decay_shift; // hysteresis: this slot waits decay << decay_shift
   bool suppressed;     // a purge of this idle episode was suppressed (counted once)
   bool thp;            // advised MADV_HUGEPAGE on its own (a huge block's slot)
+  bool in_lazy;
+  bool lazy_purged;    // its last purge was the lazy stage (hysteresis against lazy_decay_ms)
   SlotMeta* free_next; // free-run bin (first slot of a run)
   SlotMeta* free_prev;
   SlotMeta* part_next; // slots of kind kUnits with free units
   SlotMeta* part_prev;
   SlotMeta* dirty_next;  // slots with RETAINED free units, oldest free first
   SlotMeta* dirty_prev;
+  SlotMeta* lazy_next;   // slots with LAZY free units, oldest lazy_ns first
+  SlotMeta* lazy_prev;
   Arena* arena;
   uintptr_t base;      // address of the slot
 };
@@ -103,6 +108,7 @@ struct PurgeBatch {
   Item items[kMaxItems];
   unsigned nitems = 0;
   size_t bytes = 0;
+  bool lazy_stage = false;  // taken by purge_collect_lazy (LAZY units, for MADV_DONTNEED)
 };
 
 // Which free units a purge may take.
@@ -110,17 +116,28 @@ struct PurgeSelect {
   uint64_t now_ns;
   uint64_t min_age_free_ns;     // units in wholly free slots idle at least this long
   uint64_t min_age_partial_ns;  // units in slots that hold live data
+  uint64_t min_age_lazy_ns;     // purge_collect_lazy: LAZY units idle at least this long
   size_t max_bytes;             // stop after this many bytes (one lock hold)
   size_t max_range;             // split ranges larger than this
   bool include_lazy;            // also take LAZY units (to make them CLEAN)
+  bool lazy_stage;              // take_run (purge_collect_lazy): LAZY units old enough only
   bool hysteresis;              // per-slot decay multipliers apply (adaptive policy)
+  // Deadlines (next_decay_ns, next_lazy_ns): with `hysteresis`, when the
+  // process turns idle if nothing else happens, from which the purger
+  // ignores hysteresis.
+  uint64_t idle_ns;
 };
+
+// No deadline: nothing would ever be taken.
+inline constexpr uint64_t kNoDeadline = ~uint64_t(0);
 
 // Hysteresis: a slot whose purged memory is reused sooner than its own decay
 // time was purged too early; its decay doubles (up to 2^kMaxDecayShift).  At
 // the cap the slot is pinned: decay no longer purges it while the process is
 // active; pressure, limits, trim and an idle process still do.  A reuse long
-// after the purge (more than 8x its decay) halves it again.
+// after the purge (more than 8x its decay) halves it again.  The same shift
+// lengthens the second stage (LAZY to CLEAN after lazy_decay_ms); a reuse
+// after that stage's purge is judged against lazy_decay_ms (lazy_purged).
 inline constexpr uint8_t kMaxDecayShift = 5;
 
 // Resumable position of purge_collect_all().
@@ -210,6 +227,18 @@ class Backend {
   // regardless of age (malloc_trim, explicit purges, memory pressure).
   // Done when cursor->arena is nullptr after the call.
   void purge_collect_all(const PurgeSelect& sel, PurgeCursor* cursor, PurgeBatch* batch);
+  // The second stage: LAZY units whose slot became LAZY at least
+  // sel.min_age_lazy_ns ago (shifted by hysteresis as for decay), oldest
+  // first along the lazy list, for MADV_DONTNEED (batch->lazy_stage).
+  void purge_collect_lazy(const PurgeSelect& sel, PurgeBatch* batch);
+  // When purge_collect (resp. purge_collect_lazy) with `sel` would first take
+  // something if nothing else happened (hysteresis until sel.idle_ns), or
+  // kNoDeadline.  Walks its list oldest first only while an entry could be
+  // due sooner than the best found, and at most kDeadlineScan entries (then
+  // answers a lower bound: an early wakeup, never a late one).
+  uint64_t next_decay_ns(const PurgeSelect& sel);
+  uint64_t next_lazy_ns(const PurgeSelect& sel);
+  static constexpr unsigned kDeadlineScan = 256;
   // Age of the oldest RETAINED free unit, or 0 if there is none.
   uint64_t oldest_retained_ns();
 
@@ -264,8 +293,13 @@ class Backend {
   void advise_slots_huge(SlotMeta* first, size_t nslots);
   void note_activity(uint64_t now);  // sets now_ and last_activity_ns_
   uint64_t slot_decay_ns(const SlotMeta* m, uint64_t base_ns, const PurgeSelect& sel) const;
+  // When a slot with this stamp and base decay is due (deadlines).
+  static uint64_t slot_due_ns(const SlotMeta* m, uint64_t stamp, uint64_t base_ns, const PurgeSelect& sel);
   void dirty_touch(SlotMeta* m, uint64_t now);
   void dirty_remove(SlotMeta* m);
+  void lazy_touch(SlotMeta* m, uint64_t now);  // units of m became LAZY now
+  void lazy_remove(SlotMeta* m);               // if m has no LAZY unit left
+  void lazy_unlink(SlotMeta* m);
   void partial_add(SlotMeta* m);
   void partial_remove(SlotMeta* m);
   void slot_units_to_free_run(SlotMeta* m, uint64_t now);
@@ -300,6 +334,8 @@ class Backend {
   SlotMeta* partial_ = nullptr;
   SlotMeta* dirty_head_ = nullptr;
   SlotMeta* dirty_tail_ = nullptr;
+  SlotMeta* lazy_head_ = nullptr;
+  SlotMeta* lazy_tail_ = nullptr;
   MetaPool<Span> spans_;
   MetaPool<Arena> arena_records_;
   // Offsets of the leaves from g_empty_leaf / g_empty_unit_leaf (0: the

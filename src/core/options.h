@@ -50,16 +50,25 @@ enum class OptKind : uint8_t { kBool, kInt, kSize, kMillis, kEnum };
   X(partial_decay_ms, kMillis, 4000, 0, 3600000, nullptr,                                  \
     "free 64 KiB units inside slots that still hold live data wait this long: purging "    \
     "them splits a transparent hugepage")                                                  \
+  X(lazy_decay_ms, kMillis, 10000, 0, 3600000, nullptr,                                    \
+    "second decay stage: free memory that has stayed LAZY (MADV_FREE, still counted in "    \
+    "Rss until the kernel needs it) this long is given MADV_DONTNEED by the background "     \
+    "thread, so plain Rss drops too; lengthened by hysteresis like decay_ms")              \
   X(memory_limit, kSize, 0, 0, int64_t(1) << 50, nullptr,                                   \
     "soft limit (0 = none): when active + retained + lazy bytes exceed it, free memory is " \
     "purged with `MADV_DONTNEED`, oldest first, until they do not")                         \
   X(memory_limit_hard, kSize, 0, 0, int64_t(1) << 50, nullptr,                              \
     "hard limit on bytes in use (0 = none): allocations beyond it fail with `ENOMEM`")      \
   X(pressure, kBool, 1, 0, 1, nullptr,                                                     \
-    "watch memory pressure from the background thread (PSI stall time in the cgroup's "    \
-    "`memory.pressure` or `/proc/pressure/memory`, cgroup v2/v1 limits, `MemAvailable`, "  \
-    "read every 250 ms; no descriptor stays open) and purge free memory when the machine " \
-    "needs it")                                                                             \
+    "watch memory pressure (PSI stall time, cgroup limits, MemAvailable) from the background " \
+    "thread and purge free memory when the machine needs it")                              \
+  X(pressure_interval_ms, kMillis, 250, 10, 3600000, nullptr,                               \
+    "pressure sources (and the soft and discardable limits) are checked every "             \
+    "pressure_interval_ms while pressure_bytes or more of free memory are held (RETAINED, " \
+    "LAZY, discardable); with less, proportionally less often (half the bytes, twice the "  \
+    "interval); not at all when none is held")                                              \
+  X(pressure_bytes, kSize, 64 << 20, 64 << 10, int64_t(1) << 50, nullptr,                  \
+    "held free memory at which pressure is checked at the full rate (pressure_interval_ms)") \
   X(purge_batch, kSize, 32 << 20, 64 << 10, int64_t(1) << 40, nullptr,                      \
     "largest range given to one `madvise` call, and most bytes taken per allocator-lock "  \
     "hold by the purger, so concurrent page faults and allocations are not starved; each " \
@@ -68,7 +77,9 @@ enum class OptKind : uint8_t { kBool, kInt, kSize, kMillis, kEnum };
     "run decay purges on a background thread (started on first need); without it, "        \
     "purges run inline from `free()` at most once per `background_interval_ms`")            \
   X(background_interval_ms, kMillis, 100, 1, 60000, nullptr,                               \
-    "how often the background thread looks for idle memory")                               \
+    "shortest sleep of the background thread (work due sooner waits for the next wakeup), " \
+    "and without it the pace of inline decay from free().  The thread sleeps until the "    \
+    "next decay or pressure deadline and exits when no free memory is held")               \
   X(arena_reserve, kSize, int64_t(1) << 30, 4 << 20, int64_t(1) << 40, nullptr,            \
     "address space reserved at a time (reserving commits no memory); halved on failure, "  \
     "e.g. under `RLIMIT_AS`")                                                               \

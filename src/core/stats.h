@@ -65,8 +65,17 @@ class Writer;
   X(pressure_events_api, counter, "pressure reported through lazymalloc_pressure_notify()")        \
   X(pressure_purged_bytes, counter, "bytes purged (MADV_DONTNEED) to relieve pressure or limits")  \
   X(purge_passes, counter, "purge passes run (background, inline, trim, explicit)")              \
-  X(background_wakeups, counter, "times the background thread woke up")                          \
+  X(background_wakeups, counter, "times the background thread woke up (deadline, or work created " \
+                                 "for it)")                                                      \
   X(background_threads, gauge, "background purge threads running")                               \
+  X(background_starts, counter, "background threads started (the thread exits when no free "     \
+                                "memory is held and starts again on the next release)")          \
+  X(background_cpu_ns, counter, "CPU time used by background threads, nanoseconds "               \
+                                "(CLOCK_THREAD_CPUTIME_ID)")                                     \
+  X(pressure_checks, counter, "times the pressure sources were read (rate: pressure_interval_ms " \
+                              "scaled by held free memory)")                                     \
+  X(lazy_decay_bytes, counter, "LAZY bytes moved to CLEAN (MADV_DONTNEED) after lazy_decay_ms: "  \
+                               "the second decay stage")                                         \
   X(background_start_failures, counter, "background threads that could not be created (decay then runs inline)") \
   X(inline_purges, counter, "decay purges run inline from free() (no background thread)")        \
   X(huge_kept, counter, "huge blocks freed and kept RETAINED for reuse (within huge_retain)")    \

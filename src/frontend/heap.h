@@ -123,8 +123,9 @@ bool lm_set_limits(uint64_t soft, uint64_t hard);  // false if out of range
 void lm_thread_collect();
 // Background thread (and tests): returns the remote frees and empty spans
 // of heaps whose thread has made no refill or flush for `idle_ns`, or has
-// exited, to the backend.  Returns the spans released.
-size_t lm_collect_idle_heaps(uint64_t now_ns, uint64_t idle_ns);
+// exited, to the backend.  Returns the spans released; *next_due (if
+// given) gets when a heap will next be due (~0: none has anything to give).
+size_t lm_collect_idle_heaps(uint64_t now_ns, uint64_t idle_ns, uint64_t* next_due = nullptr);
 void lm_memory_state(uint64_t out[5]);
 size_t lm_stats_write(char* buf, size_t len, bool json);
 void lm_stats_print(bool json, int fd = 2);

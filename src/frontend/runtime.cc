@@ -46,6 +46,7 @@ void heap_thread_exit(void* arg) {
   g.pool = h;
   g.stats.add(Stat::heaps_pooled, 1);
   g.stats.add(Stat::thread_exits, 1);
+  g.background.thread_exited();  // it looks whether a thread of the program is left
 }
 
 void fork_prepare() {
@@ -61,7 +62,7 @@ void fork_prepare() {
   if (!g_heap_fence) g_platform->process_barrier(g_platform->ctx, false);
   std::atomic_thread_fence(std::memory_order_seq_cst);
   for (Heap* h = g.all_heaps; h; h = h->next_all) {
-    while (h->busy.load(std::memory_order_acquire) != 0) pal::sleep_ns(20000);
+    while (h->busy.load(std::memory_order_acquire) != 0) pal::futex_wait(&h->busy, 1, 20000);
   }
   g.heap_records.lock().lock();
   g.releaser.fork_prepare();
@@ -184,7 +185,11 @@ void lm_init() {
   g.releaser.init(&g.backend, &g.purger, g_platform, &g.stats, unsigned(pal::cpu_count()));
   g.discard.init(&g.backend, g_platform, &g.stats);
   g.purger.attach(&g.discard);
-  g.purger.set_heap_collector(lm_collect_idle_heaps);
+  g.purger.set_heap_collector([](uint64_t now, uint64_t idle_ns) {
+    uint64_t due;
+    lm_collect_idle_heaps(now, idle_ns, &due);
+    return due;
+  });
   g.backend.set_hard_limit(uint64_t(option(Opt::memory_limit_hard)));
   pal::register_thread_exit(heap_thread_exit);
   // Statistics at exit go to a copy of stderr taken now: programs such as
@@ -204,7 +209,9 @@ void lm_thread_collect() {
   heap_collect(h);
 }
 
-size_t lm_collect_idle_heaps(uint64_t now, uint64_t idle_ns) {
+size_t lm_collect_idle_heaps(uint64_t now, uint64_t idle_ns, uint64_t* next_due) {
+  uint64_t due = kNoDeadline;
+  if (next_due) *next_due = due;
   if (g.init_state.load(std::memory_order_acquire) != 2) return 0;
   LockGuard collecting(g.collect_lock);
   // Heaps are never freed and new ones are pushed at the head, so the list
@@ -214,28 +221,35 @@ size_t lm_collect_idle_heaps(uint64_t now, uint64_t idle_ns) {
     LockGuard guard(g.heaps_lock);
     h = g.all_heaps;
   }
+  auto due_at = [&](uint64_t t) { due = t < due ? t : due; };
   uint64_t released = 0;
   while (h) {
     // The heaps due, in batches that share one process barrier.
-    Heap* due[64];
+    Heap* batch[64];
     unsigned n = 0;
     for (; h && n < 64; h = h->next_all) {
       uint64_t events = __atomic_load_n(&h->slow_events, __ATOMIC_RELAXED);
       if (events != h->idle_seen_events || h->idle_seen_ns == 0) {
+        // Busy since the last look: collected once it has been quiet.
         h->idle_seen_events = events;
         h->idle_seen_ns = now ? now : 1;
         h->idle_collected = false;
+        due_at(now + idle_ns);
         continue;
       }
-      if (now - h->idle_seen_ns < idle_ns) continue;
       if (h->idle_collected && !h->remote_pending.load(std::memory_order_relaxed)) continue;
-      due[n++] = h;
+      if (now - h->idle_seen_ns < idle_ns) {
+        due_at(h->idle_seen_ns + idle_ns);
+        continue;
+      }
+      batch[n++] = h;
     }
     if (n == 0) continue;
-    // A heap whose thread is in a slow path is not idle: left for later.
-    n = heaps_claim(due, n);
-    for (unsigned i = 0; i < n; ++i) {
-      Heap* d = due[i];
+    // A heap whose thread is in a slow path is not idle: looked at again later.
+    unsigned held = heaps_claim(batch, n);
+    if (held < n) due_at(now + idle_ns);
+    for (unsigned i = 0; i < held; ++i) {
+      Heap* d = batch[i];
       uint64_t before = d->stats.v[unsigned(HeapStat::spans_released)].load(std::memory_order_relaxed);
       {
         HeapGuard guard(d, HeapGuard::kClaimed);
@@ -248,6 +262,7 @@ size_t lm_collect_idle_heaps(uint64_t now, uint64_t idle_ns) {
     }
   }
   g.stats.add(Stat::idle_spans_released, released);
+  if (next_due) *next_due = due;
   return size_t(released);
 }
 

@@ -281,7 +281,8 @@ void local_free_attention(Heap* h, Span* s) {
 // NOTIFY writes `next_delayed`, which the owner (parking the span with
 // acq_rel after it last read that field in process_delayed) must be ordered
 // before.
-void remote_push(Heap* h, Span* s, Block* first, Block* last, uint32_t n) {
+// Returns true if the owner had nothing pending for the collector before.
+bool remote_push(Heap* h, Span* s, Block* first, Block* last, uint32_t n) {
   uintptr_t old = s->xfree.load(std::memory_order_relaxed);
   uintptr_t state;
   do {
@@ -292,9 +293,8 @@ void remote_push(Heap* h, Span* s, Block* first, Block* last, uint32_t n) {
       std::memory_order_acq_rel, std::memory_order_relaxed));
   s->xfree_count.fetch_add(n, std::memory_order_release);
   Heap* owner = s->heap;
-  if (!owner->remote_pending.load(std::memory_order_relaxed)) {
-    owner->remote_pending.store(true, std::memory_order_relaxed);
-  }
+  bool first_pending = !owner->remote_pending.load(std::memory_order_relaxed) &&
+                       !owner->remote_pending.exchange(true, std::memory_order_relaxed);
   if (state == kXfreeNotify) {
     Span* head = owner->delayed.load(std::memory_order_relaxed);
     do {
@@ -303,11 +303,13 @@ void remote_push(Heap* h, Span* s, Block* first, Block* last, uint32_t n) {
                                                    std::memory_order_relaxed));
   }
   heap_count(h, HeapStat::remote_frees, n);
+  return first_pending;
 }
 
 // Returns a run of free objects of span s, first..last (n objects, linked,
 // tagged) to their span: the local list if heap h owns it, else the remote
-// one.  Returns true for a remote one.
+// one.  Returns true if the owner has something for the collector now and
+// had nothing before (remote_push).
 bool return_run(Heap* h, Span* s, Block* first, Block* last, uint32_t n) {
   if (s->heap == h) {
     link_set(last, s->local_free);
@@ -316,8 +318,14 @@ bool return_run(Heap* h, Span* s, Block* first, Block* last, uint32_t n) {
     if (s->used == 0 || s->in_full) local_free_attention(h, s);
     return false;
   }
-  remote_push(h, s, first, last, n);
-  return true;
+  return remote_push(h, s, first, last, n);
+}
+
+// The owner of a span may stay quiet: the background collector is due.
+void heap_work_arrived() {
+  const Platform* p = g.backend.platform();
+  g.purger.heap_work_arrived(p->now_ns(p->ctx));
+  background_ensure();
 }
 
 // Finds or makes a span of class c with a free object, takes one and fills
@@ -418,19 +426,18 @@ void heap_collect(Heap* h) {
 // Returns one free object (tagged) of span s to it.
 void return_object(Heap* h, Span* s, void* p) {
   Block* b = static_cast<Block*>(p);
-  bool remote;
+  bool pending;
   {
     HeapGuard guard(h);
-    remote = return_run(h, s, b, b, 1);
+    pending = return_run(h, s, b, b, 1);
   }
-  // The owner may stay idle: the background thread collects its heap.
-  if (remote) background_ensure();
+  if (pending) heap_work_arrived();
 }
 
 // Returns free objects v[0..n) (cached: tagged, not linked) to their
 // spans, one run of consecutive entries of the same span at a time.
 void return_objects(Heap* h, Block* const* v, uint32_t n) {
-  bool remote = false;
+  bool pending = false;
   {
     HeapGuard guard(h);
     for (uint32_t i = 0; i < n;) {
@@ -440,11 +447,11 @@ void return_objects(Heap* h, Block* const* v, uint32_t n) {
         link_set(v[j - 1], v[j]);
         ++j;
       }
-      remote |= return_run(h, s, v[i], v[j - 1], j - i);
+      pending |= return_run(h, s, v[i], v[j - 1], j - i);
       i = j;
     }
   }
-  if (remote) background_ensure();
+  if (pending) heap_work_arrived();
 }
 
 }  // namespace lazymalloc::detail

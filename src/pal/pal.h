@@ -39,8 +39,15 @@ struct Platform {
   // Whole small file (procfs, cgroupfs) into buf, NUL-terminated; returns
   // its length or -1.
   long (*read_file)(void* ctx, const char* path, char* buf, size_t len);
-  // Sleeps for timeout_ns (the background thread's pace).
-  void (*sleep)(void* ctx, int64_t timeout_ns);
+  // Waits while *word == expected, at most timeout_ns (< 0: no limit), or
+  // until wake() on the same word: futex(2) FUTEX_WAIT (spurious returns
+  // allowed).  The background thread sleeps to its next deadline with it.
+  void (*wait)(void* ctx, std::atomic<uint32_t>* word, uint32_t expected, int64_t timeout_ns);
+  // Wakes every waiter on `word` (FUTEX_WAKE).
+  void (*wake)(void* ctx, std::atomic<uint32_t>* word);
+  // CPU time the calling thread has used, in nanoseconds
+  // (CLOCK_THREAD_CPUTIME_ID).
+  uint64_t (*thread_cpu_ns)(void* ctx);
   // One process_madvise(2) call on our own process for n <= 64 ranges:
   // the bytes advised (less than asked: partial), or -errno (-ENOSYS: no
   // such call, -EINVAL: advice not accepted there, ...).
@@ -81,7 +88,8 @@ int advise(void* addr, size_t size, Advice advice);
 // for n <= 64 ranges: bytes advised, or -errno.  errno is preserved.
 long advise_vector(const AdviseRange* ranges, unsigned n, Advice advice);
 long read_file(const char* path, char* buf, size_t len);
-void sleep_ns(int64_t ns);
+// CPU time of the calling thread (CLOCK_THREAD_CPUTIME_ID), nanoseconds.
+uint64_t thread_cpu_ns();
 // MADV_HUGEPAGE / MADV_NOHUGEPAGE on a range; failures are ignored.
 void advise_hugepage(void* addr, size_t size, bool huge);
 // membarrier(2): registration (`setup`) or a private expedited barrier;

@@ -116,13 +116,6 @@ long read_file(const char* path, char* buf, size_t len) {
   return long(got);
 }
 
-void sleep_ns(int64_t ns) {
-  int saved = errno;
-  struct timespec ts = {ns / 1000000000, ns % 1000000000};
-  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-  }
-  errno = saved;
-}
 
 void advise_hugepage(void* addr, size_t size, bool huge) {
   int saved = errno;
@@ -174,6 +167,12 @@ bool move_pages(void* from, size_t len, void* to, bool huge) {
 uint64_t now_ns() {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
+  return uint64_t(ts.tv_sec) * 1000000000u + uint64_t(ts.tv_nsec);
+}
+
+uint64_t thread_cpu_ns() {
+  struct timespec ts;
+  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return 0;
   return uint64_t(ts.tv_sec) * 1000000000u + uint64_t(ts.tv_nsec);
 }
 
@@ -303,7 +302,11 @@ int linux_advise(void*, void* addr, size_t len, Advice a) { return advise(addr, 
 long linux_advise_vector(void*, const AdviseRange* r, unsigned n, Advice a) { return advise_vector(r, n, a); }
 uint64_t linux_now(void*) { return now_ns(); }
 long linux_read_file(void*, const char* path, char* buf, size_t len) { return read_file(path, buf, len); }
-void linux_sleep(void*, int64_t ns) { sleep_ns(ns); }
+void linux_wait(void*, std::atomic<uint32_t>* word, uint32_t expected, int64_t timeout_ns) {
+  futex_wait(word, expected, timeout_ns);
+}
+void linux_wake(void*, std::atomic<uint32_t>* word) { futex_wake(word, 1 << 30); }
+uint64_t linux_thread_cpu(void*) { return thread_cpu_ns(); }
 void* linux_map(void*, size_t size) { return map(size, 4096); }
 void linux_unmap(void*, void* addr, size_t size) { unmap(addr, size); }
 void linux_hugepage(void*, void* addr, size_t size, bool huge) { advise_hugepage(addr, size, huge); }
@@ -315,7 +318,9 @@ constexpr Platform kLinux = {
     .advise = linux_advise,
     .now_ns = linux_now,
     .read_file = linux_read_file,
-    .sleep = linux_sleep,
+    .wait = linux_wait,
+    .wake = linux_wake,
+    .thread_cpu_ns = linux_thread_cpu,
     .advise_vector = linux_advise_vector,
     .map = linux_map,
     .unmap = linux_unmap,

@@ -35,8 +35,6 @@ uint64_t parse_u64(const char* s, bool* ok) {
   return v;
 }
 
-constexpr uint64_t kFileIntervalNs = 250'000'000;
-
 }  // namespace
 
 int parse_proc_cgroup(const char* text, char* path, size_t len) {
@@ -244,14 +242,13 @@ void PressureMonitor::init(const Platform* platform, Stats* stats, bool watch) {
   stats_->set(Stat::pressure_meminfo_active, meminfo_ ? 1 : 0);
 }
 
-PressureRequest PressureMonitor::check(uint64_t now, uint64_t footprint, uint64_t soft_limit) {
+PressureRequest PressureMonitor::check(uint64_t now, uint64_t footprint, uint64_t soft_limit, bool files) {
   PressureRequest req;
   auto want = [&](PressureSource src, uint64_t bytes) {
     if (bytes > req.bytes) req = {src, bytes};
   };
   if (soft_limit && footprint > soft_limit) want(PressureSource::kLimit, footprint - soft_limit);
-  if (watch_ && now - last_files_ns_ >= kFileIntervalNs) {
-    last_files_ns_ = now;
+  if (watch_ && files) {
     if (psi_path_[0] && read_psi(now) && psi_stalled_) want(PressureSource::kPsi, ~uint64_t(0));
     if (cgroup_version_) {
       read_cgroup_limit();

@@ -4,7 +4,7 @@
 // permission is missing (the statistics say which are active):
 //   psi      the process's cgroup v2 memory.pressure, else /proc/pressure/memory:
 //            tasks stalled on memory ("some") for 7.5% or more of the time since
-//            the last look (the "total" stall counter), read every 250 ms.  No
+//            the last look (the "total" stall counter).  No
 //            descriptor stays open: a PSI trigger would need one for good, and
 //            programs that list or close their descriptors (daemons, CPython's
 //            subprocess tests) would find it.
@@ -42,8 +42,10 @@ class PressureMonitor {
 
   // What should be released now, given that the allocator holds `footprint`
   // bytes (active+retained+lazy).  Reads the PSI, cgroup and meminfo files
-  // at most every 250 ms.
-  PressureRequest check(uint64_t now_ns, uint64_t footprint, uint64_t soft_limit);
+  // (the purger calls it every pressure_interval_ms or less often, see
+  // Purger::pressure_interval_ns).
+  // `files` false: the soft limit only (no file is read).
+  PressureRequest check(uint64_t now_ns, uint64_t footprint, uint64_t soft_limit, bool files = true);
   // True when the process lives in a cgroup with a memory limit, where lazily
   // freed pages still count against the limit until reclaimed.
   // (Read by any thread that purges; written by the background thread.)
@@ -69,7 +71,6 @@ class PressureMonitor {
   char cgroup_dir_[256] = {};
   std::atomic<uint64_t> cgroup_limit_{0};
   bool meminfo_ = false;
-  uint64_t last_files_ns_ = 0;
 };
 
 // Parsers, exposed for tests.

@@ -105,22 +105,45 @@ bool Purger::decay_uses_dontneed() const {
   return advice == kAdviceAuto && pressure_.cgroup_limited();
 }
 
-size_t Purger::decay_pass(uint64_t now) {
-  int64_t policy = option(Opt::purge);
-  if (policy == kPurgeNever) return 0;
+namespace {
+
+// The decay selection of `policy` at `now`.  `deadline`: for next_decay_ns
+// (hysteresis as the policy says, until the process turns idle); else for a
+// pass (hysteresis only while the process is busy).
+PurgeSelect decay_select(int64_t policy, uint64_t now, uint64_t last_activity, bool deadline) {
   PurgeSelect sel{};
   sel.now_ns = now;
-  if (policy == kPurgeEager) {
-    sel.min_age_free_ns = sel.min_age_partial_ns = 0;
-  } else {
+  if (policy != kPurgeEager) {
     sel.min_age_free_ns = uint64_t(option(Opt::decay_ms)) * kMs;
     sel.min_age_partial_ns = uint64_t(option(Opt::partial_decay_ms)) * kMs;
     // Hysteresis while the process is busy; an idle process gets back to
     // its live size after plain decay.
-    uint64_t last = backend_->last_activity_ns();
-    bool idle = now > last && now - last >= sel.min_age_free_ns;
-    sel.hysteresis = policy == kPurgeAdaptive && !idle;
+    sel.idle_ns = last_activity + sel.min_age_free_ns;
+    bool idle = now > last_activity && now - last_activity >= sel.min_age_free_ns;
+    sel.hysteresis = policy == kPurgeAdaptive && (deadline || !idle);
   }
+  return sel;
+}
+
+// The same for the lazy stage.
+PurgeSelect lazy_select(int64_t policy, uint64_t now, uint64_t last_activity, bool deadline) {
+  PurgeSelect sel{};
+  sel.now_ns = now;
+  sel.lazy_stage = true;
+  sel.min_age_lazy_ns = uint64_t(option(Opt::lazy_decay_ms)) * kMs;
+  uint64_t idle_after = Purger::kLazyIdleFactor * sel.min_age_lazy_ns;
+  sel.idle_ns = last_activity + idle_after;
+  bool idle = now > last_activity && now - last_activity >= idle_after;
+  sel.hysteresis = policy == kPurgeAdaptive && (deadline || !idle);
+  return sel;
+}
+
+}  // namespace
+
+size_t Purger::decay_pass(uint64_t now) {
+  int64_t policy = option(Opt::purge);
+  if (policy == kPurgeNever) return 0;
+  PurgeSelect sel = decay_select(policy, now, backend_->last_activity_ns(), false);
   sel.max_bytes = size_t(option(Opt::purge_batch));
   sel.max_range = sel.max_bytes;
   sel.include_lazy = false;
@@ -141,24 +164,55 @@ size_t Purger::decay_pass(uint64_t now) {
   return total;
 }
 
+size_t Purger::lazy_pass(uint64_t now) {
+  int64_t policy = option(Opt::purge);
+  if (policy == kPurgeNever) return 0;
+  PurgeSelect sel = lazy_select(policy, now, backend_->last_activity_ns(), false);
+  sel.max_bytes = size_t(option(Opt::purge_batch));
+  sel.max_range = sel.max_bytes;
+  LockGuard g(lock_);
+  size_t total = 0;
+  PurgeBatch batch;
+  for (;;) {
+    backend_->purge_collect_lazy(sel, &batch);
+    if (batch.nitems == 0) break;
+    size_t bytes = batch.bytes;
+    if (!advise_batch(&batch, true) || bytes == 0) break;
+    total += bytes;
+  }
+  if (total) {
+    stats_->add(Stat::purge_passes, 1);
+    stats_->add(Stat::lazy_decay_bytes, total);
+  }
+  return total;
+}
+
 size_t Purger::purge_all(bool dontneed) {
   PurgeSelect sel{};
   sel.now_ns = platform_->now_ns(platform_->ctx);
   sel.max_bytes = size_t(option(Opt::purge_batch));
   sel.max_range = sel.max_bytes;
   sel.include_lazy = dontneed;
-  LockGuard g(lock_);
-  stats_->add(Stat::purge_passes, 1);
   size_t total = 0;
-  PurgeCursor cursor;
-  PurgeBatch batch;
-  do {
-    backend_->purge_collect_all(sel, &cursor, &batch);
-    if (batch.nitems == 0) continue;
-    size_t bytes = batch.bytes;
-    if (advise_batch(&batch, dontneed)) total += bytes;
-  } while (cursor.arena);
-  if (discard_) total += discard_->discard(~uint64_t(0), sel.max_range);
+  {
+    LockGuard g(lock_);
+    stats_->add(Stat::purge_passes, 1);
+    PurgeCursor cursor;
+    PurgeBatch batch;
+    do {
+      backend_->purge_collect_all(sel, &cursor, &batch);
+      if (batch.nitems == 0) continue;
+      size_t bytes = batch.bytes;
+      if (advise_batch(&batch, dontneed)) total += bytes;
+    } while (cursor.arena);
+    if (discard_) total += discard_->discard(~uint64_t(0), sel.max_range);
+  }
+  // LAZY memory now waits for the lazy stage (no lock held: this may start
+  // the thread).
+  BackgroundPurger* bg = background_.load(std::memory_order_acquire);
+  if (!dontneed && bg && bg->ensure_started(this, platform_, stats_)) {
+    wakeup_.poke(platform_, sel.now_ns + uint64_t(option(Opt::lazy_decay_ms)) * kMs);
+  }
   return total;
 }
 
@@ -201,13 +255,96 @@ size_t Purger::relieve(uint64_t bytes) {
   return size_t(total);
 }
 
+namespace {
+bool checks_wanted() {
+  return option(Opt::pressure) || option(Opt::memory_limit) || option(Opt::discardable_limit);
+}
+}  // namespace
+
+uint64_t Purger::held_free() const {
+  MemoryState m = backend_->memory_state();
+  uint64_t held = option(Opt::purge) == kPurgeNever ? 0 : m.retained + m.lazy;
+  if (discard_) held += stats_->get(Stat::discardable_bytes);
+  return held;
+}
+
+uint64_t Purger::pressure_interval_ns(uint64_t held) const {
+  uint64_t interval = uint64_t(option(Opt::pressure_interval_ms)) * kMs;
+  uint64_t full = uint64_t(option(Opt::pressure_bytes));
+  if (held == 0) return kNever;
+  if (held >= full) return interval;
+  uint64_t times = (full + held - 1) / held;
+  return times > kNever / interval ? kNever : interval * times;
+}
+
+uint64_t Purger::min_due_ns() const {
+  int64_t policy = option(Opt::purge);
+  uint64_t ms;
+  if (policy == kPurgeEager) {
+    ms = uint64_t(option(Opt::lazy_decay_ms));
+  } else {
+    uint64_t d = uint64_t(option(Opt::decay_ms)), p = uint64_t(option(Opt::partial_decay_ms));
+    ms = d < p ? d : p;
+  }
+  uint64_t floor = uint64_t(option(Opt::background_interval_ms));
+  return (ms > floor ? ms : floor) * kMs;
+}
+
+uint64_t Purger::next_due(uint64_t now) {
+  int64_t policy = option(Opt::purge);
+  uint64_t due = kNever;
+  if (policy != kPurgeNever) {
+    uint64_t last = backend_->last_activity_ns();
+    due = backend_->next_decay_ns(decay_select(policy, now, last, true));
+    uint64_t lazy = backend_->next_lazy_ns(lazy_select(policy, now, last, true));
+    if (lazy < due) due = lazy;
+  }
+  uint64_t heaps = heap_due_ns_.load(std::memory_order_relaxed);
+  if (heaps < due) due = heaps;
+  uint64_t held = held_free();
+  if (held && checks_wanted()) {
+    uint64_t interval = pressure_interval_ns(held);
+    uint64_t last = last_check_ns_.load(std::memory_order_relaxed);
+    uint64_t check = interval > kNever - last ? kNever : last + interval;
+    if (check < due) due = check;
+  }
+  // Huge blocks being released settle as LAZY (or CLEAN) later: look again.
+  if (stats_->get(Stat::release_inflight_bytes)) {
+    uint64_t again = now + uint64_t(option(Opt::background_interval_ms)) * kMs;
+    if (again < due) due = again;
+  }
+  return due;
+}
+
 void Purger::tick(uint64_t now) {
-  if (heap_collector_) heap_collector_(now, uint64_t(option(Opt::decay_ms)) * kMs);
+  if (heap_collector_) {
+    heap_due_ns_.store(heap_collector_(now, uint64_t(option(Opt::decay_ms)) * kMs), std::memory_order_relaxed);
+  }
+  uint64_t held = held_free();
+  bool files = held && checks_wanted() &&
+               now - last_check_ns_.load(std::memory_order_relaxed) >= pressure_interval_ns(held);
   uint64_t soft = uint64_t(option(Opt::memory_limit));
-  PressureRequest req = pressure_.check(now, soft ? footprint() : 0, soft);
-  if (req.bytes) relieve(req.bytes);
-  discard_excess();
+  // The soft limit costs no file read: on every wakeup (memory that huge
+  // releases settle may exceed it between two frees).
+  if (files || soft) {
+    PressureRequest req = pressure_.check(now, soft ? footprint() : 0, soft, files);
+    if (req.bytes) relieve(req.bytes);
+  }
+  if (files) {
+    last_check_ns_.store(now, std::memory_order_relaxed);
+    stats_->add(Stat::pressure_checks, 1);
+    discard_excess();
+  }
   decay_pass(now);
+  lazy_pass(now);
+}
+
+void Purger::heap_work_arrived(uint64_t now) {
+  uint64_t due = now + uint64_t(option(Opt::decay_ms)) * kMs;
+  uint64_t cur = heap_due_ns_.load(std::memory_order_relaxed);
+  while (due < cur && !heap_due_ns_.compare_exchange_weak(cur, due, std::memory_order_relaxed)) {
+  }
+  wakeup_.poke(platform_, due);
 }
 
 size_t Purger::discard_excess() {
@@ -227,65 +364,163 @@ void Purger::after_release(uint64_t now, bool background_running) {
       relieve(held - soft);
     }
   }
-  if (policy != kPurgeEager) {
-    if (background_running) return;
-    // No background thread: decay inline, at most once per interval.
-    uint64_t interval = uint64_t(option(Opt::background_interval_ms)) * kMs;
-    uint64_t last = last_inline_ns_.load(std::memory_order_relaxed);
-    if (now - last < interval) return;
-    if (!last_inline_ns_.compare_exchange_strong(last, now, std::memory_order_relaxed)) return;
-    stats_->add(Stat::inline_purges, 1);
-    discard_excess();
+  if (policy == kPurgeEager) decay_pass(now);
+  if (background_running) {
+    wakeup_.poke(platform_, now + min_due_ns());
+    return;
   }
-  decay_pass(now);
+  // No background thread: both stages inline, at most once per interval.
+  uint64_t interval = uint64_t(option(Opt::background_interval_ms)) * kMs;
+  uint64_t last = last_inline_ns_.load(std::memory_order_relaxed);
+  if (now - last < interval) return;
+  if (!last_inline_ns_.compare_exchange_strong(last, now, std::memory_order_relaxed)) return;
+  stats_->add(Stat::inline_purges, 1);
+  discard_excess();
+  if (policy != kPurgeEager) decay_pass(now);
+  lazy_pass(now);
 }
 
 bool BackgroundPurger::ensure_started(Purger* purger, const Platform* platform, Stats* stats) {
   uint32_t s = state_.load(std::memory_order_acquire);
   if (s == kRunning) return true;
   if (s != kNone || !option(Opt::background)) return false;
-  if (!state_.compare_exchange_strong(s, kStarting, std::memory_order_acq_rel)) return false;
-  purger_ = purger;
-  platform_ = platform;
-  stats_ = stats;
+  if (!state_.compare_exchange_strong(s, kStarting, std::memory_order_acq_rel)) {
+    return s == kRunning;
+  }
+  // Written only when they change (a test's platform): a thread on its way
+  // out may still read them while a new one starts.
+  if (purger_ != purger) purger_ = purger;
+  if (platform_ != platform) platform_ = platform;
+  if (stats_ != stats) stats_ = stats;
+  if (purger->background_.load(std::memory_order_relaxed) != this) {
+    purger->background_.store(this, std::memory_order_release);
+  }
+  // Running before the thread exists: its first round plans with whatever
+  // the caller released.
+  state_.store(kRunning, std::memory_order_seq_cst);
+  stats->add(Stat::background_threads, 1);
+  stats->add(Stat::background_starts, 1);
   if (!platform->start_thread(platform->ctx, &BackgroundPurger::main, this)) {
     // Degrade to inline purging (after_release with background_running
     // false) for the life of the process (a fork child tries again).
+    stats->sub(Stat::background_threads, 1);
     stats->add(Stat::background_start_failures, 1);
     state_.store(kFailed, std::memory_order_release);
     return false;
   }
-  state_.store(kRunning, std::memory_order_release);
   return true;
+}
+
+void BackgroundPurger::thread_exited() {
+  if (!running()) return;
+  exit_seen_.store(true, std::memory_order_relaxed);
+  purger_->wakeup().poke(platform_, platform_->now_ns(platform_->ctx) + kExitCheckDelayNs);
 }
 
 bool BackgroundPurger::last_thread() const {
   char text[2048];
   if (platform_->read_file(platform_->ctx, "/proc/self/status", text, sizeof text) <= 0) return false;
   uint64_t live = 0;
-  return parse_status_live_threads(text, &live) && live == 1;
+  // Release workers are ours too (they exit after a second without work).
+  uint64_t ours = 1 + stats_->get(Stat::release_threads);
+  return parse_status_live_threads(text, &live) && live <= ours;
+}
+
+void BackgroundPurger::note_exits(Round& r, uint64_t now) {
+  if (!exit_seen_.exchange(false, std::memory_order_relaxed)) return;
+  // A thread exited: look once it is gone, then a few times more while
+  // other threads (release workers finishing, say) remain.
+  uint64_t at = now + kExitCheckDelayNs;
+  uint64_t spaced = r.last_check_ns + kThreadCheckNs / 10;
+  r.check_due_ns = r.last_check_ns && spaced > at ? spaced : at;
+  r.check_step = 0;
+}
+
+bool BackgroundPurger::threads_check(Round& r, uint64_t now) {
+  note_exits(r, now);
+  bool due = now >= r.check_due_ns || !r.last_check_ns || now - r.last_check_ns >= kThreadCheckNs;
+  if (!due) return false;
+  r.last_check_ns = now;
+  if (last_thread()) return true;
+  if (now >= r.check_due_ns) {
+    r.check_due_ns = ++r.check_step <= 4 ? now + (kExitCheckDelayNs << (2 * r.check_step)) : kNoDeadline;
+  }
+  return false;
+}
+
+void BackgroundPurger::count_cpu(Round& r) {
+  uint64_t cpu = platform_->thread_cpu_ns(platform_->ctx);
+  if (cpu > r.cpu_seen_ns) stats_->add(Stat::background_cpu_ns, cpu - r.cpu_seen_ns);
+  r.cpu_seen_ns = cpu;
+}
+
+bool BackgroundPurger::retire(Round& r, uint64_t now) {
+  // Pokes now see a running thread and rely on the look below: a release
+  // either sees state kNone (and starts a thread) or is seen here.
+  purger_->wakeup_.until.store(Wakeup::kRunning, std::memory_order_seq_cst);
+  state_.store(kNone, std::memory_order_seq_cst);
+  if (purger_->next_due(now) != Purger::kNever) {
+    uint32_t s = kNone;
+    if (state_.compare_exchange_strong(s, kRunning, std::memory_order_seq_cst)) return true;
+  }
+  count_cpu(r);
+  stats_->sub(Stat::background_threads, 1);
+  return false;
+}
+
+bool BackgroundPurger::round(Round& r) {
+  Purger* pu = purger_;
+  const Platform* p = platform_;
+  Wakeup& w = pu->wakeup_;
+  uint64_t now = p->now_ns(p->ctx);
+  w.until.store(Wakeup::kPlanning, std::memory_order_seq_cst);
+  uint32_t seq = w.seq.load(std::memory_order_acquire);
+  uint64_t due = pu->next_due(now);
+  if (due == Purger::kNever) return retire(r, now);
+  // (A thread may have exited before this thread first planned.)
+  note_exits(r, now);
+  // After a poke, look again within the shortest decay: a stream of
+  // releases whose own deadlines are later wakes the thread at most once
+  // per sleep.
+  if (r.poked) {
+    uint64_t soon = now + pu->min_due_ns();
+    if (soon < due) due = soon;
+  }
+  if (r.check_due_ns < due) due = r.check_due_ns;
+  uint64_t earliest = now + uint64_t(option(Opt::background_interval_ms)) * kMs;
+  if (due < earliest) due = earliest;
+  uint64_t planning = Wakeup::kPlanning;
+  if (!w.until.compare_exchange_strong(planning, due, std::memory_order_seq_cst)) {
+    r.poked = true;  // work arrived while planning: plan again
+    return true;
+  }
+  p->wait(p->ctx, &w.seq, seq, int64_t(due - now));
+  r.poked = w.until.exchange(Wakeup::kRunning, std::memory_order_seq_cst) == Wakeup::kRunning;
+  stats_->add(Stat::background_wakeups, 1);
+  now = p->now_ns(p->ctx);
+  // A process whose last thread of its own ended with pthread_exit() ends
+  // when no thread is left: ours must not keep it alive.  Returning makes
+  // this the last thread to exit, so the process exits with status 0 as
+  // POSIX prescribes.
+  if (threads_check(r, now)) {
+    w.until.store(Wakeup::kRunning, std::memory_order_seq_cst);
+    state_.store(kNone, std::memory_order_release);
+    count_cpu(r);
+    stats_->sub(Stat::background_threads, 1);
+    return false;
+  }
+  pu->tick(now);
+  count_cpu(r);
+  return true;
 }
 
 void* BackgroundPurger::main(void* arg) {
   auto* self = static_cast<BackgroundPurger*>(arg);
-  self->stats_->add(Stat::background_threads, 1);
-  self->purger_->init_pressure();
-  for (;;) {
-    int64_t interval = option(Opt::background_interval_ms) * int64_t(kMs);
-    const Platform* p = self->platform_;
-    p->sleep(p->ctx, interval);
-    self->stats_->add(Stat::background_wakeups, 1);
-    // A process whose last thread of its own ended with pthread_exit() ends
-    // when no thread is left: ours must not keep it alive.  Returning here
-    // makes this the last thread to exit, so the process exits with status 0
-    // as POSIX prescribes.
-    if (self->last_thread()) {
-      self->stats_->sub(Stat::background_threads, 1);
-      self->state_.store(kNone, std::memory_order_release);
-      return nullptr;
-    }
-    self->purger_->tick(p->now_ns(p->ctx));
+  if (!self->purger_->pressure_ready()) self->purger_->init_pressure();
+  Round r;
+  while (self->round(r)) {
   }
+  return nullptr;
 }
 
 }  // namespace lazymalloc

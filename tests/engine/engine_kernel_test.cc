@@ -3,7 +3,9 @@
 // process runs on lazymalloc (linked), and sets options at run time.
 #include <errno.h>
 #include <gtest/gtest.h>
+#include <pthread.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -39,6 +41,37 @@ Rollup rollup() {
   return r;
 }
 
+// "Threads:" of /proc/self/status, and whether the leader is a zombie.
+long status_threads(bool* leader_zombie = nullptr) {
+  FILE* f = fopen("/proc/self/status", "r");
+  if (!f) return -1;
+  char line[256];
+  long threads = -1;
+  char state = 0;
+  while (fgets(line, sizeof line, f)) {
+    sscanf(line, "Threads: %ld", &threads);
+    sscanf(line, "State: %c", &state);
+  }
+  fclose(f);
+  if (leader_zombie) *leader_zombie = state == 'Z';
+  return threads;
+}
+
+// Context switches and CPU time of every thread of the process but the
+// caller (threads that ended included).
+struct Usage {
+  long switches;
+  double cpu_ms;
+};
+Usage other_threads() {
+  struct rusage all, me;
+  getrusage(RUSAGE_SELF, &all);
+  getrusage(RUSAGE_THREAD, &me);
+  auto ms = [](const struct timeval& t) { return double(t.tv_sec) * 1e3 + double(t.tv_usec) / 1e3; };
+  return {all.ru_nvcsw + all.ru_nivcsw - me.ru_nvcsw - me.ru_nivcsw,
+          ms(all.ru_utime) + ms(all.ru_stime) - ms(me.ru_utime) - ms(me.ru_stime)};
+}
+
 class Engine : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -47,6 +80,8 @@ class Engine : public ::testing::Test {
     lazymalloc_option_set("decay_ms", 100);
     lazymalloc_option_set("partial_decay_ms", 100);
     lazymalloc_option_set("background_interval_ms", 20);
+    lazymalloc_option_set("lazy_decay_ms", 10000);
+    lazymalloc_option_set("pressure", 1);
     lazymalloc_limit_set(0, 0);
     lazymalloc_purge(LAZYMALLOC_PURGE_NOW);
   }
@@ -225,8 +260,10 @@ TEST_F(Engine, ProcessEndsWhenItsLastThreadExits) {
   pid_t pid = fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
-    void* p = malloc(8 * kMiB);  // a release to the backend starts the thread
-    memset(p, 1, 8 * kMiB);
+    // A large block goes back to the backend RETAINED: the thread starts
+    // and stays (its decay is due in 100 ms).
+    void* p = malloc(512 * 1024);
+    memset(p, 1, 512 * 1024);
     free(p);
     bool started = lmt::WaitFor([] {
       uint64_t threads = 0;
@@ -248,6 +285,89 @@ TEST_F(Engine, ProcessEndsWhenItsLastThreadExits) {
   ASSERT_EQ(got, pid) << strerror(errno);
   ASSERT_TRUE(WIFEXITED(status)) << status;
   EXPECT_EQ(WEXITSTATUS(status), 0) << "(status 3: the background thread never started)";
+}
+
+// After a churn, once its purges are done, an idle process costs nothing:
+// the background thread has given everything back (Rss too, after the lazy
+// stage) and exited; no thread of ours wakes up.  The targets (at
+// most 0.2 wakeups/s summed over threads, 0.1 ms of CPU/s) over a 2 s window,
+// with the decays turned down so the test does not take a minute.
+TEST_F(Engine, IdleProcessAfterItsPurgesHasNoWakeups) {
+  lazymalloc_option_set("lazy_decay_ms", 100);
+  Rollup start = rollup();
+  constexpr size_t kBlock = 512 * 1024, kCount = 128;  // 64 MiB of large blocks
+  std::vector<char*> blocks;
+  for (size_t i = 0; i < kCount; ++i) {
+    char* p = static_cast<char*>(malloc(kBlock));
+    ASSERT_NE(p, nullptr);
+    memset(p, int(i | 1), kBlock);
+    blocks.push_back(p);
+  }
+  for (size_t i = 0; i < kCount; ++i) {
+    if (i % 32 == 0) continue;  // 2 MiB stays live, spread over the heap
+    free(blocks[i]);
+    blocks[i] = nullptr;
+  }
+  ASSERT_TRUE(lmt::WaitFor([] { return stat("background_threads") == 0 && status_threads() == 1; }))
+      << "background_threads " << stat("background_threads") << ", threads " << status_threads();
+  EXPECT_GT(stat("lazy_decay_bytes"), 0u);
+  EXPECT_EQ(stat("retained_bytes") + stat("lazy_bytes"), 0u);
+  // Plain Rss, not only Rss - LazyFree, is back near where it started.
+  EXPECT_LT(rollup().rss_kb, start.rss_kb + long(2 * kMiB + 8 * kMiB) / 1024)
+      << "Rss " << rollup().rss_kb << " kB, at the start " << start.rss_kb << " kB";
+  uint64_t wakeups = stat("background_wakeups");
+  Usage a = other_threads();
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  Usage b = other_threads();
+  EXPECT_EQ(stat("background_wakeups"), wakeups);
+  EXPECT_LE(double(b.switches - a.switches) / 2, 0.2);
+  EXPECT_LE((b.cpu_ms - a.cpu_ms) / 2, 0.1);
+  for (char* p : blocks) free(p);
+}
+
+// The last thread of the program ends through pthread (its heap's exit
+// hook): the background thread looks at once, although nothing else would
+// wake it for a minute.
+TEST_F(Engine, ProcessEndsWhenItsLastThreadExitsThroughPthread) {
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    lazymalloc_option_set("pressure", 0);
+    lazymalloc_option_set("decay_ms", 60000);
+    lazymalloc_option_set("partial_decay_ms", 60000);
+    // RETAINED for a minute: the thread starts and sleeps to its decay.
+    void* p = malloc(512 * 1024);
+    memset(p, 1, 512 * 1024);
+    free(p);
+    uint64_t running = 0;
+    lazymalloc_stat_get("background_threads", &running);
+    if (running != 1) _exit(3);
+    pthread_t t;
+    auto last = [](void*) -> void* {
+      free(malloc(100));  // a heap, so the exit hook runs
+      bool zombie = false;
+      for (int i = 0; i < 500 && !zombie; ++i) {
+        status_threads(&zombie);
+        if (!zombie) usleep(10000);
+      }
+      return nullptr;  // pthread's exit: key destructors run
+    };
+    if (pthread_create(&t, nullptr, last, nullptr) != 0) _exit(3);
+    syscall(SYS_exit, 0);  // the main thread ends without pthread_exit
+  }
+  int status = 0;
+  pid_t got = 0;
+  for (int i = 0; i < 500 && got == 0; ++i) {
+    got = waitpid(pid, &status, WNOHANG);
+    if (got == 0) usleep(10000);
+  }
+  if (got == 0) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    FAIL() << "the child was still alive 5 s after its last thread exited";
+  }
+  ASSERT_TRUE(WIFEXITED(status)) << status;
+  EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -62,7 +63,9 @@ class FakePlatform {
         .advise = &advise,
         .now_ns = &now,
         .read_file = &read_file,
-        .sleep = &sleep,
+        .wait = &wait,
+        .wake = &wake,
+        .thread_cpu_ns = &thread_cpu,
         .advise_vector = &advise_vector,
         .map = &map,
         .unmap = &unmap,
@@ -114,7 +117,17 @@ class FakePlatform {
     return false;
   }
   std::map<std::string, std::string> files;  // canned /proc and cgroup files
+  std::map<std::string, int> file_reads;     // reads per path (missing files too)
   int64_t slept_ns = 0;
+  // Platform::wait: every timeout asked for (-1: none).  A wait whose word
+  // still holds `expected` advances the clock by its timeout (a wait with
+  // none returns at once, as if woken); `on_wait` runs first (a test does
+  // what another thread would do meanwhile).
+  std::vector<int64_t> waits;
+  size_t waits_woken = 0;  // waits that found the word changed (woken)
+  size_t wakes = 0;        // Platform::wake calls
+  std::function<void()> on_wait;
+  uint64_t cpu_ns = 0;     // Platform::thread_cpu_ns
   size_t advised_bytes(Advice a) const {
     size_t n = 0;
     for (const auto& c : calls) n += c.advice == a ? c.len : 0;
@@ -197,6 +210,7 @@ class FakePlatform {
   }
   static long read_file(void* ctx, const char* path, char* buf, size_t len) {
     FakePlatform* f = self(ctx);
+    f->file_reads[path]++;
     if (f->read_fault.hit()) return -1;
     auto it = f->files.find(path);
     if (it == f->files.end() || len == 0) return -1;
@@ -205,11 +219,20 @@ class FakePlatform {
     buf[n] = '\0';
     return long(n);
   }
-  static void sleep(void* ctx, int64_t ns) {
+  static void wait(void* ctx, std::atomic<uint32_t>* word, uint32_t expected, int64_t ns) {
     FakePlatform* f = self(ctx);
+    f->waits.push_back(ns < 0 ? -1 : ns);
+    if (f->on_wait) f->on_wait();
+    if (word->load() != expected) {
+      f->waits_woken++;
+      return;
+    }
+    if (ns < 0) return;
     f->slept_ns += ns;
     f->now_ns += uint64_t(ns);
   }
+  static void wake(void* ctx, std::atomic<uint32_t>*) { self(ctx)->wakes++; }
+  static uint64_t thread_cpu(void* ctx) { return self(ctx)->cpu_ns; }
   static uint64_t now(void* ctx) { return self(ctx)->now_ns; }
 
   Platform platform_;

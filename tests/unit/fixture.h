@@ -31,6 +31,11 @@ class PurgeFixture : public ::testing::Test {
     set(Opt::purge, policy_);
     set(Opt::purge_advice, kAdviceAuto);
     set(Opt::purge_batch, 8 * kMiB);
+    set(Opt::lazy_decay_ms, 10000);
+    set(Opt::background_interval_ms, 100);
+    // Pressure checked every 250 ms whenever any free memory is held.
+    set(Opt::pressure_interval_ms, 250);
+    set(Opt::pressure_bytes, 64 * 1024);
   }
   void TearDown() override {
     for (unsigned i = 0; i < kOptionCount; ++i) g_option_values[i].store(saved_[i]);
