@@ -10,7 +10,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <condition_variable>
 #include <cstdio>
+#include <mutex>
+#include <thread>
+#include <tuple>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -371,3 +375,68 @@ TEST_F(Engine, ProcessEndsWhenItsLastThreadExitsThroughPthread) {
 }
 
 }  // namespace
+
+// Small objects come back, whichever thread frees them (issue #13): 32 MiB
+// of objects written, then freed (a) by the thread that allocated them,
+// (b) by a worker that allocated them and then blocks, (c) by this thread
+// while the worker that allocated them blocks.  The worker never runs its
+// slow path again: its heap is collected by the background thread.
+class SmallRelease : public Engine, public ::testing::WithParamInterface<std::tuple<char, size_t>> {};
+
+TEST_P(SmallRelease, HeldMemoryReturnsAfterTheDecay) {
+  const auto [which, size] = GetParam();
+  const size_t count = (32 * kMiB) / size;
+  std::vector<char*> v(count);
+  const long start_kb = rollup().held_kb();
+  auto alloc_all = [&] {
+    for (auto& p : v) {
+      p = static_cast<char*>(malloc(size));
+      ASSERT_NE(p, nullptr);
+      memset(p, 0x6b, size);
+    }
+  };
+  auto free_all = [&] {
+    for (char* p : v) free(p);
+  };
+  std::mutex m;
+  std::condition_variable cv;
+  int phase = 0;  // 1: the worker is done with its part; 2: it may exit
+  std::thread worker;
+  if (which == 'a') {
+    alloc_all();
+    EXPECT_GT(rollup().held_kb(), start_kb + long(24 * kMiB / 1024));
+    free_all();
+  } else {
+    worker = std::thread([&] {
+      alloc_all();
+      if (which == 'b') free_all();
+      std::unique_lock<std::mutex> lock(m);
+      phase = 1;
+      cv.notify_all();
+      cv.wait(lock, [&] { return phase == 2; });  // blocked: a quiet thread
+    });
+    {
+      std::unique_lock<std::mutex> lock(m);
+      cv.wait(lock, [&] { return phase == 1; });
+    }
+    if (which == 'c') free_all();
+  }
+  EXPECT_TRUE(lmt::WaitFor([&] { return rollup().held_kb() < start_kb + long(8 * kMiB / 1024); }))
+      << "held " << rollup().held_kb() << " kB, at the start " << start_kb << " kB; small_spans "
+      << stat("small_spans") << ", idle_heap_collections " << stat("idle_heap_collections");
+  if (which == 'c') EXPECT_GE(stat("idle_heap_collections"), 1u);
+  {
+    std::lock_guard<std::mutex> lock(m);
+    phase = 2;
+  }
+  cv.notify_all();
+  if (worker.joinable()) worker.join();
+}
+
+INSTANTIATE_TEST_SUITE_P(CasesAndSizes, SmallRelease,
+                         ::testing::Combine(::testing::Values('a', 'b', 'c'),
+                                            ::testing::Values(size_t(64), size_t(1000), size_t(4000), size_t(30000))),
+                         [](const auto& info) {
+                           return std::string(1, std::get<0>(info.param)) + "_" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
