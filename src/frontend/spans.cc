@@ -282,7 +282,13 @@ void local_free_attention(Heap* h, Span* s) {
 // acq_rel after it last read that field in process_delayed) must be ordered
 // before.
 // Returns true if the owner had nothing pending for the collector before.
+// The owner is read first: once xfree_count counts the run, the owner (or a
+// collector) may find the span empty and release it (span_release clears
+// `heap`); heaps themselves are never freed, so flagging the owner after
+// that is harmless, and it must come after the count so that a collection
+// that clears the flag also sees the run.
 bool remote_push(Heap* h, Span* s, Block* first, Block* last, uint32_t n) {
+  Heap* owner = s->heap;
   uintptr_t old = s->xfree.load(std::memory_order_relaxed);
   uintptr_t state;
   do {
@@ -292,7 +298,6 @@ bool remote_push(Heap* h, Span* s, Block* first, Block* last, uint32_t n) {
       old, reinterpret_cast<uintptr_t>(first) | (state == kXfreeNotify ? kXfreeNotified : state),
       std::memory_order_acq_rel, std::memory_order_relaxed));
   s->xfree_count.fetch_add(n, std::memory_order_release);
-  Heap* owner = s->heap;
   bool first_pending = !owner->remote_pending.load(std::memory_order_relaxed) &&
                        !owner->remote_pending.exchange(true, std::memory_order_relaxed);
   if (state == kXfreeNotify) {
