@@ -9,8 +9,8 @@
 
 namespace lazymalloc::detail {
 
-constinit __attribute__((tls_model("initial-exec"))) thread_local Bin tl_bins[kSmallClasses];
-constinit __attribute__((tls_model("initial-exec"))) thread_local Block** tl_bin_fbase[kSmallClasses];
+constinit __attribute__((tls_model("initial-exec"))) thread_local Bin tl_bins[kSmallClasses] = {};
+constinit __attribute__((tls_model("initial-exec"))) thread_local Block** tl_bin_fbase[kSmallClasses] = {};
 
 namespace {
 
