@@ -102,15 +102,19 @@ inline bool background_ensure() {
 // itself, then backs off while a collector holds the heap.  Counts a
 // slow-path event (Heap::slow_events).
 void heap_enter_wait(Heap* h);
-inline void heap_enter(Heap* h) {
+// The thread's side of the handshake: `busy`, ordered before its next load
+// of `claimed` by the collector's process barrier, or, without one, by a
+// fence here.
+inline void heap_announce(Heap* h) {
   h->busy.store(1, std::memory_order_relaxed);
-  // The collector's process barrier orders the store before the load;
-  // without one, this thread fences.
   if (LM_UNLIKELY(g_heap_fence)) {
     std::atomic_thread_fence(std::memory_order_seq_cst);
   } else {
     std::atomic_signal_fence(std::memory_order_seq_cst);
   }
+}
+inline void heap_enter(Heap* h) {
+  heap_announce(h);
   if (LM_UNLIKELY(h->claimed.load(std::memory_order_acquire) != 0)) heap_enter_wait(h);
   __atomic_store_n(&h->slow_events, h->slow_events + 1, __ATOMIC_RELAXED);
 }
@@ -120,6 +124,10 @@ inline void heap_enter(Heap* h) {
 // path is left alone (that thread is not idle).
 unsigned heaps_claim(Heap** hs, unsigned n);
 void heap_unclaim(Heap* h);
+// The collector's side: after its stores of `claimed`, before its loads of
+// `busy` (the process barrier, or a fence where threads fence themselves).
+// false: the kernel refused the barrier.
+bool heaps_barrier();
 
 // A heap held for a scope, by its thread (heap_enter) or by a collector
 // that claimed it; on leaving, gives the spans found empty meanwhile back

@@ -58,9 +58,9 @@ void fork_prepare() {
   // and the threads in a slow path are let finish first (they take none of
   // the locks held here; the wait is short).
   for (Heap* h = g.all_heaps; h; h = h->next_all) h->claimed.store(1, std::memory_order_relaxed);
-  // Registered at start-up, the barrier does not fail afterwards.
-  if (!g_heap_fence) g_platform->process_barrier(g_platform->ctx, false);
-  std::atomic_thread_fence(std::memory_order_seq_cst);
+  // Registered at start-up, the barrier does not fail afterwards; if it
+  // did, this thread's fence is the best left.
+  if (!heaps_barrier()) std::atomic_thread_fence(std::memory_order_seq_cst);
   for (Heap* h = g.all_heaps; h; h = h->next_all) {
     while (h->busy.load(std::memory_order_acquire) != 0) pal::futex_wait(&h->busy, 1, 20000);
   }

@@ -22,20 +22,19 @@ void heap_enter_wait(Heap* h) {
       pal::futex_wait(&h->claimed, 2, -1);
       c = h->claimed.load(std::memory_order_acquire);
     }
-    h->busy.store(1, std::memory_order_relaxed);
-    if (g_heap_fence) {
-      std::atomic_thread_fence(std::memory_order_seq_cst);
-    } else {
-      std::atomic_signal_fence(std::memory_order_seq_cst);
-    }
+    heap_announce(h);
   } while (h->claimed.load(std::memory_order_acquire) != 0);
+}
+
+bool heaps_barrier() {
+  if (!g_heap_fence) return g_platform->process_barrier(g_platform->ctx, false);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  return true;
 }
 
 unsigned heaps_claim(Heap** hs, unsigned n) {
   for (unsigned i = 0; i < n; ++i) hs[i]->claimed.store(1, std::memory_order_relaxed);
-  if (g_heap_fence) {
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-  } else if (!g_platform->process_barrier(g_platform->ctx, false)) {
+  if (!heaps_barrier()) {
     for (unsigned i = 0; i < n; ++i) heap_unclaim(hs[i]);
     return 0;
   }

@@ -383,11 +383,7 @@ TEST(FaultFrontend, FreeDecaysInlineWhenTheBackgroundThreadCannotStart) {
   int64_t retain = option(Opt::huge_retain);
   option_set(unsigned(Opt::huge_retain), int64_t(1) << 50);
   lm_set_platform(fake.get());
-  auto stat = [](const char* name) {
-    uint64_t v = ~uint64_t(0);
-    EXPECT_EQ(lm_stat_get(name, &v), 0) << name;
-    return v;
-  };
+  auto stat = test::lm_stat;
   uint64_t inline_before = stat("inline_purges");
   void* p = lm_malloc(6 << 20);
   void* q = lm_malloc(3 << 20);

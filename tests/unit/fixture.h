@@ -9,11 +9,19 @@
 #include "backend/backend.h"
 #include "core/options.h"
 #include "fake_platform.h"
+#include "frontend/heap.h"
 #include "purge/purger.h"
 
 namespace lazymalloc::test {
 
 inline constexpr size_t kMiB = 1 << 20;
+
+// A statistic of the process-wide allocator (lm_*), by name.
+inline uint64_t lm_stat(const char* name) {
+  uint64_t v = ~uint64_t(0);
+  EXPECT_EQ(lm_stat_get(name, &v), 0) << name;
+  return v;
+}
 
 class PurgeFixture : public ::testing::Test {
  protected:

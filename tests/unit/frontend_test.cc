@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/options.h"
+#include "fixture.h"
 #include "frontend/heap.h"
 #include "frontend/size_class.h"
 
@@ -91,11 +92,7 @@ TEST(Frontend, CrossThreadFreesAndThreadExitKeepTheBackendConsistent) {
   EXPECT_EQ(lm_check_invariants(), nullptr);
 }
 
-uint64_t stat(const char* name) {
-  uint64_t v = 0;
-  EXPECT_EQ(lm_stat_get(name, &v), 0) << name;
-  return v;
-}
+const auto stat = test::lm_stat;
 
 TEST(ThreadCache, AThreadReusesObjectsItFreedWhoeverAllocatedThem) {
   constexpr size_t kSize = 208;

@@ -14,17 +14,13 @@
 #include <vector>
 
 #include "core/options.h"
-#include "fake_platform.h"
+#include "fixture.h"
 #include "frontend/heap.h"
 
 namespace lazymalloc {
 namespace {
 
-uint64_t stat(const char* name) {
-  uint64_t v = 0;
-  EXPECT_EQ(lm_stat_get(name, &v), 0) << name;
-  return v;
-}
+const auto stat = test::lm_stat;
 
 constexpr uint64_t kSecond = 1000000000;
 
