@@ -104,6 +104,8 @@ class Writer;
   X(idle_heap_collections, counter, "heaps collected by the background thread after their thread " \
     "made no refill or flush for decay_ms (or exited): remote frees and empty spans returned")    \
   X(idle_spans_released, counter, "empty small spans those collections gave back to the backend") \
+  X(idle_cache_bytes, counter, "bytes of cached frees those collections took from the quiet threads' " \
+    "caches back to their spans (bins_take_idle)")                                                \
   X(discardable_blocks, gauge, "live discardable blocks (lazymalloc_discardable_alloc)")          \
   X(discardable_bytes, gauge, "bytes of live discardable blocks (page-rounded), in any state")    \
   X(discardable_locked_bytes, gauge, "bytes of locked discardable blocks (computed when the "     \
@@ -118,6 +120,7 @@ class Writer;
 #define LAZYMALLOC_HEAP_STATS(X)                                                                 \
   X(span_refills, counter, "refills of a thread's cache of a size class from its spans (new or reused span)") \
   X(cache_flushes, counter, "times a thread's cache of a size class overflowed and returned objects to their spans") \
+  X(cache_idle_takes, counter, "times the background thread took this quiet heap's thread's cached frees of a size class back to their spans") \
   X(cache_idle_flushes, counter, "times a thread's cache of a size class, unchanged for 256 of the thread's refills and overflows, went back to its spans") \
   X(spans_acquired, counter, "small spans taken from the backend")                               \
   X(spans_released, counter, "empty small spans given back to the backend")                      \

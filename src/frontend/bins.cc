@@ -51,8 +51,10 @@ void bin_refill(Bin& bin, unsigned c, Span* s) {
   bin.top = bin.base + n;
 }
 
-// Points this thread's bins, which are empty, at heap h's slots.
+// Points this thread's bins, which are empty, at heap h's slots, and
+// tells the heap where they are (bins_take_idle).
 void bins_enable(Heap* h) {
+  HeapGuard guard(h);
   for (unsigned c = 0; c < kSmallClasses; ++c) {
     Bin& bin = tl_bins[c];
     uint32_t cap = kClasses.bin_cap[c];
@@ -62,56 +64,130 @@ void bins_enable(Heap* h) {
     bin.ftop = tl_bin_fbase[c] = a + cap;
     bin.flimit = a + 2 * cap;
   }
+  h->thread_bins = tl_bins;
+  h->thread_fbase = tl_bin_fbase;
+}
+
+// REQUIRES h held.  The bins' free stacks moved down to the start of
+// their slots, where bins_take_idle took their older entries (it moves
+// fbase up and sets h->bins_taken).
+void free_stacks_to_start(Heap* h) {
+  for (unsigned c = 0; c < kSmallClasses; ++c) {
+    Bin& bin = tl_bins[c];
+    if (!bin.flimit) continue;
+    Block** start = bin.flimit - kClasses.bin_cap[c];
+    Block** fbase = tl_bin_fbase[c];
+    if (fbase == start) continue;
+    size_t n = size_t(bin.ftop - fbase);
+    memmove(start, fbase, n * sizeof(Block*));
+    tl_bin_fbase[c] = start;
+    bin.ftop = start + n;
+  }
+  h->bins_taken = false;
 }
 
 // Returns objects of bin c to their spans until at most `keep` remain: all
 // of the allocation stack (refilled or older) and of the free stack all but
 // the `keep` most recent.  The bin is brought to its final state before any
-// object goes back: a malloc or free that re-enters (from the backend, the
-// purger, or a thread they start) finds a consistent bin.
-void bin_flush(Heap* h, unsigned c, uint32_t keep) {
+// object goes back.  REQUIRES h held; true if another heap got work.
+static bool bin_flush_held(Heap* h, unsigned c, uint32_t keep) {
   Bin& bin = tl_bins[c];
+  if (!bin.flimit) return false;
+  if (h->bins_taken) free_stacks_to_start(h);
   Block** fbase = tl_bin_fbase[c];
   uint32_t in_free = uint32_t(bin.ftop - fbase);
   if (keep > in_free) keep = in_free;
   uint32_t from_alloc = uint32_t(bin.top - bin.base);
   uint32_t n = from_alloc + in_free - keep;
-  if (n == 0) return;
+  if (n == 0) return false;
   Block* out[2 * kBinCapMax];
   memcpy(out, bin.base, from_alloc * sizeof(Block*));
   memcpy(out + from_alloc, fbase, (in_free - keep) * sizeof(Block*));
   memmove(fbase, bin.ftop - keep, keep * sizeof(Block*));
   bin.top = bin.base;
   bin.ftop = fbase + keep;
-  return_objects(h, out, n);
+  return return_objects_held(h, out, n);
 }
 
+void bin_flush(Heap* h, unsigned c, uint32_t keep) {
+  bool pending;
+  {
+    HeapGuard guard(h);
+    pending = bin_flush_held(h, c, keep);
+  }
+  if (pending) heap_work_arrived();
+}
 
 // Counts a refill or overflow; every kBinGcEvents, returns the bins that
 // have not changed since the last time.
 void bin_event(Heap* h) {
   if (++tl_bin_events % kBinGcEvents != 0) return;
-  for (unsigned c = 0; c < kSmallClasses; ++c) {
-    const Bin& bin = tl_bins[c];
-    if (bin_fingerprint(bin) == tl_bin_seen[c] && bin_count(bin, c) != 0) {
-      bin_flush(h, c, 0);
-      heap_count(h, HeapStat::cache_idle_flushes);
+  bool pending = false;
+  {
+    HeapGuard guard(h);
+    for (unsigned c = 0; c < kSmallClasses; ++c) {
+      const Bin& bin = tl_bins[c];
+      if (bin_fingerprint(bin) == tl_bin_seen[c] && bin_count(bin, c) != 0) {
+        pending |= bin_flush_held(h, c, 0);
+        heap_count(h, HeapStat::cache_idle_flushes);
+      }
+      tl_bin_seen[c] = bin_fingerprint(bin);
     }
-    tl_bin_seen[c] = bin_fingerprint(bin);
   }
+  if (pending) heap_work_arrived();
 }
 
 // Returns every object of this thread's bins to their spans; with
 // `disable`, the bins take nothing more (thread exit: every free then goes
-// straight to its span).
+// straight to its span) and the heap forgets them.
 void bins_return_all(Heap* h, bool disable) {
-  for (unsigned c = 0; c < kSmallClasses; ++c) {
-    bin_flush(h, c, 0);
-    if (disable) {
-      tl_bins[c] = Bin{};
-      tl_bin_fbase[c] = nullptr;
+  bool pending = false;
+  {
+    HeapGuard guard(h);
+    for (unsigned c = 0; c < kSmallClasses; ++c) {
+      pending |= bin_flush_held(h, c, 0);
+      if (disable) {
+        tl_bins[c] = Bin{};
+        tl_bin_fbase[c] = nullptr;
+      }
+    }
+    if (disable && h != &g_empty_heap) {
+      h->thread_bins = nullptr;
+      h->thread_fbase = nullptr;
     }
   }
+  if (pending) heap_work_arrived();
+}
+
+// REQUIRES h claimed by a collector (lm_collect_idle_heaps).  Takes the
+// free stacks of h's thread's bins: what it freed and has not allocated
+// again.  The thread may be running its fast paths meanwhile (they are
+// not excluded, so that they stay as they are): a free writes an entry at
+// ftop and then publishes ftop (a release store), and nothing but a slow
+// path reads or writes below ftop, or reads fbase; so the entries below
+// the ftop read here are the collector's to take, and moving fbase up to
+// it hands them over.  The allocation stacks stay: a malloc pops from
+// them with no check a collector could use (at most bin_cap objects per
+// class, whose spans' other pages the in-span purge reaches).
+bool bins_take_idle(Heap* h, uint64_t* bytes) {
+  Bin* bins = h->thread_bins;
+  Block*** fbases = h->thread_fbase;
+  if (!bins) return false;
+  bool pending = false;
+  for (unsigned c = 0; c < kSmallClasses; ++c) {
+    Block** fbase = fbases[c];
+    Block** ftop = __atomic_load_n(&bins[c].ftop, __ATOMIC_ACQUIRE);
+    if (!fbase || ftop == fbase) continue;
+    uint32_t n = uint32_t(ftop - fbase);
+    Block* out[kBinCapMax];
+    memcpy(out, fbase, n * sizeof(Block*));
+    __atomic_store_n(&fbases[c], ftop, __ATOMIC_RELAXED);
+    h->bins_taken = true;
+    *bytes += uint64_t(n) * class_size(c);
+    heap_count(h, HeapStat::cache_idle_takes);
+    pending |= return_objects_held(h, out, n);
+  }
+  return pending;
 }
 
 // A free of object p of span s found its bin's free stack full: the older
@@ -136,7 +212,9 @@ LM_NOINLINE void bin_overflow(Span* s, void* p) {
     heap_count(h, HeapStat::cache_flushes);
     bin_event(h);
   }
-  *bin.ftop++ = static_cast<Block*>(p);
+  Block** t = bin.ftop;
+  *t = static_cast<Block*>(p);
+  publish_ftop(bin, t + 1);
 }
 
 }  // namespace lazymalloc::detail

@@ -30,6 +30,9 @@
 #include "frontend/size_class.h"
 
 namespace lazymalloc {
+namespace detail {
+struct Bin;
+}
 
 struct SpanQueue {
   Span* head = nullptr;
@@ -103,6 +106,12 @@ struct Heap {
   // kBinSlots entries for the owning thread's bins, in the heap's record
   // (HeapRecord, frontend/internal.h).
   Block** bin_slots = nullptr;
+  // The owning thread's bins (its thread-local tl_bins and tl_bin_fbase),
+  // for a collector (bins_take_idle); null when no thread owns the heap.
+  // Written with the heap held.
+  detail::Bin* thread_bins = nullptr;
+  Block*** thread_fbase = nullptr;
+  bool bins_taken = false;  // REQUIRES busy or claimed: bins_take_idle moved an fbase up
 };
 
 // ---- allocation API (what override/ exports under the standard names) ----

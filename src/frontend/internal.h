@@ -113,9 +113,15 @@ inline void heap_announce(Heap* h) {
     std::atomic_signal_fence(std::memory_order_seq_cst);
   }
 }
-inline void heap_enter(Heap* h) {
+// Holds h for a moment that is no slow-path event (the bins' stacks
+// trading places, bins.cc); let go with heap_leave.
+inline void heap_hold(Heap* h) {
   heap_announce(h);
   if (LM_UNLIKELY(h->claimed.load(std::memory_order_acquire) != 0)) heap_enter_wait(h);
+}
+inline void heap_leave(Heap* h) { h->busy.store(0, std::memory_order_release); }
+inline void heap_enter(Heap* h) {
+  heap_hold(h);
   __atomic_store_n(&h->slow_events, h->slow_events + 1, __ATOMIC_RELAXED);
 }
 
@@ -153,7 +159,11 @@ LM_NOINLINE void* alloc_class(Heap* h, unsigned c);
 // REQUIRES h held (HeapGuard): every remote free and empty span of h.
 void heap_collect(Heap* h);
 void return_object(Heap* h, Span* s, void* p);
-void return_objects(Heap* h, Block* const* v, uint32_t n);
+// REQUIRES h held: returns cached objects v[0..n) to their spans; true if
+// another heap got work (heap_work_arrived once h is let go).
+bool return_objects_held(Heap* h, Block* const* v, uint32_t n);
+// Another heap's owner may stay quiet: the background collector is due.
+void heap_work_arrived();
 
 // ---- large and huge blocks (large.cc)
 

@@ -95,7 +95,7 @@ void lm_free(void* p) {
     Block** t = bin.ftop;
     if (LM_UNLIKELY(t == bin.flimit)) return bin_overflow(s, p);
     *t = static_cast<Block*>(p);
-    bin.ftop = t + 1;
+    publish_ftop(bin, t + 1);
     return;
   }
   free_generic(s, p);

@@ -222,7 +222,8 @@ size_t lm_collect_idle_heaps(uint64_t now, uint64_t idle_ns, uint64_t* next_due)
     h = g.all_heaps;
   }
   auto due_at = [&](uint64_t t) { due = t < due ? t : due; };
-  uint64_t released = 0;
+  uint64_t released = 0, cache_bytes = 0;
+  bool pending = false;
   while (h) {
     // The heaps due, in batches that share one process barrier.
     Heap* batch[64];
@@ -254,6 +255,7 @@ size_t lm_collect_idle_heaps(uint64_t now, uint64_t idle_ns, uint64_t* next_due)
       {
         HeapGuard guard(d, HeapGuard::kClaimed);
         d->remote_pending.store(false, std::memory_order_relaxed);
+        pending |= bins_take_idle(d, &cache_bytes);
         heap_collect(d);
         released += d->stats.v[unsigned(HeapStat::spans_released)].load(std::memory_order_relaxed) - before;
       }
@@ -262,6 +264,9 @@ size_t lm_collect_idle_heaps(uint64_t now, uint64_t idle_ns, uint64_t* next_due)
     }
   }
   g.stats.add(Stat::idle_spans_released, released);
+  g.stats.add(Stat::idle_cache_bytes, cache_bytes);
+  // Objects of other heaps' spans went to them: theirs to collect.
+  if (pending) heap_work_arrived();
   if (next_due) *next_due = due;
   return size_t(released);
 }

@@ -325,12 +325,6 @@ bool return_run(Heap* h, Span* s, Block* first, Block* last, uint32_t n) {
   return remote_push(h, s, first, last, n);
 }
 
-// The owner of a span may stay quiet: the background collector is due.
-void heap_work_arrived() {
-  const Platform* p = g.backend.platform();
-  g.purger.heap_work_arrived(p->now_ns(p->ctx));
-  background_ensure();
-}
 
 // Finds or makes a span of class c with a free object, takes one and fills
 // bin's allocation stack from the rest (not in secure mode: its bins have
@@ -387,14 +381,12 @@ Block* refill(Heap* h, unsigned c, Bin& bin) {
 // heap held (HeapGuard).
 LM_NOINLINE void* alloc_class(Heap* h, unsigned c) {
   Bin& bin = tl_bins[c];
-  Block** fbase = tl_bin_fbase[c];
-  if (bin.top == bin.base && bin.ftop != fbase) {
-    // The free stack becomes the allocation stack and the other way round.
-    Block** empty = bin.base;
-    bin.base = fbase;
-    bin.top = bin.ftop;
-    tl_bin_fbase[c] = bin.ftop = empty;
-    bin.flimit = empty + kClasses.bin_cap[c];
+  if (bin.top == bin.base) {
+    // Held while the stacks trade places: the background thread may be
+    // taking the free stack (bins_take_idle).
+    heap_hold(h);
+    bins_trade(h, c);
+    heap_leave(h);
   }
   if (bin.top != bin.base) return bin_pop(bin);
   Block* b;
@@ -438,24 +430,28 @@ void return_object(Heap* h, Span* s, void* p) {
   if (pending) heap_work_arrived();
 }
 
+void heap_work_arrived() {
+  const Platform* p = g.backend.platform();
+  g.purger.heap_work_arrived(p->now_ns(p->ctx));
+  background_ensure();
+}
+
 // Returns free objects v[0..n) (cached: tagged, not linked) to their
-// spans, one run of consecutive entries of the same span at a time.
-void return_objects(Heap* h, Block* const* v, uint32_t n) {
+// spans, one run of consecutive entries of the same span at a time; true
+// if another heap got work (heap_work_arrived, once h is let go).
+bool return_objects_held(Heap* h, Block* const* v, uint32_t n) {
   bool pending = false;
-  {
-    HeapGuard guard(h);
-    for (uint32_t i = 0; i < n;) {
-      Span* s = g.backend.span_of(v[i]);
-      uint32_t j = i + 1;
-      while (j < n && in_span(s, v[j])) {
-        link_set(v[j - 1], v[j]);
-        ++j;
-      }
-      pending |= return_run(h, s, v[i], v[j - 1], j - i);
-      i = j;
+  for (uint32_t i = 0; i < n;) {
+    Span* s = g.backend.span_of(v[i]);
+    uint32_t j = i + 1;
+    while (j < n && in_span(s, v[j])) {
+      link_set(v[j - 1], v[j]);
+      ++j;
     }
+    pending |= return_run(h, s, v[i], v[j - 1], j - i);
+    i = j;
   }
-  if (pending) heap_work_arrived();
+  return pending;
 }
 
 }  // namespace lazymalloc::detail

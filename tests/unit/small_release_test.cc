@@ -118,6 +118,57 @@ TEST_P(SmallRelease, AnIdleOwnersRemoteFreesGoBackWithoutIt) {
   EXPECT_EQ(lm_check_invariants(), nullptr);
 }
 
+// A worker allocates, frees all but its last object itself and then
+// blocks: the objects it freed last stay in its cache's free stack, and
+// pin their span.  Freed in reverse order, those are the first objects, in
+// a span that is not the class's current one (which the last object keeps).
+// Once the heap has been quiet for the idle time, the collector takes the
+// free stack back to the spans (the worker never runs meanwhile) and the
+// first span goes.
+TEST_P(SmallRelease, AQuietThreadsCachedFreesGoBackWithoutIt) {
+  lm_thread_collect();
+  const uint64_t spans0 = stat("small_spans");
+  const uint64_t bytes0 = stat("idle_cache_bytes");
+  std::vector<void*> v(count());
+  std::mutex m;
+  std::condition_variable cv;
+  int phase = 0;  // 1: freed all but the last; 2: worker may go on
+  std::thread worker([&] {
+    for (auto& p : v) {
+      p = lm_malloc(GetParam());
+      ASSERT_NE(p, nullptr);
+      memset(p, 0x6b, GetParam());
+    }
+    for (size_t i = v.size() - 1; i-- > 0;) lm_free(v[i]);
+    std::unique_lock<std::mutex> lock(m);
+    phase = 1;
+    cv.notify_all();
+    cv.wait(lock, [&] { return phase == 2; });
+    lm_free(v.back());
+  });
+  {
+    std::unique_lock<std::mutex> lock(m);
+    cv.wait(lock, [&] { return phase == 1; });
+  }
+  EXPECT_EQ(stat("small_spans"), spans0 + 2) << "the last object's span and the first, which the cached frees pin";
+
+  const uint64_t t0 = 3000 * kSecond, idle = kSecond;
+  lm_collect_idle_heaps(t0, idle);
+  lm_collect_idle_heaps(t0 + idle / 2, idle);  // quiet, not yet for long enough
+  EXPECT_EQ(stat("idle_cache_bytes"), bytes0);
+  EXPECT_EQ(stat("small_spans"), spans0 + 2);
+  lm_collect_idle_heaps(t0 + idle, idle);
+  EXPECT_GE(stat("idle_cache_bytes") - bytes0, GetParam());
+  EXPECT_EQ(stat("small_spans"), spans0 + 1);
+  {
+    std::lock_guard<std::mutex> lock(m);
+    phase = 2;
+  }
+  cv.notify_all();
+  worker.join();
+  EXPECT_EQ(lm_check_invariants(), nullptr);
+}
+
 // Without the process barrier (membarrier refused), a collector cannot
 // tell that a quiet thread is outside its slow path: it claims nothing and
 // changes nothing; once the barrier works again it collects.
