@@ -32,6 +32,10 @@ class Writer;
   X(huge_blocks, gauge, "live huge blocks (slot runs)")                                          \
   X(huge_bytes, gauge, "bytes in live huge blocks")                                              \
   X(large_allocs, counter, "large blocks allocated")                                             \
+  X(large_cache_hits, counter, "large mallocs served from the thread's cache of freed large blocks " \
+    "(no backend lock)")                                                                          \
+  X(large_cache_bytes, gauge, "bytes of freed large blocks in threads' caches (in use to the "      \
+    "backend; back after decay_ms of quiet, or when the thread exits)")                             \
   X(huge_allocs, counter, "huge blocks allocated")                                               \
   X(inplace_resizes, counter, "realloc of large and huge blocks done in place")                   \
   X(promotions, counter, "large blocks grown by realloc into huge blocks in place")              \

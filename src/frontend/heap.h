@@ -64,6 +64,10 @@ constexpr size_t bin_slot_offset(unsigned c) {
 }
 inline constexpr size_t kBinSlots = bin_slot_offset(kSmallClasses);
 
+// A thread's cache of freed large blocks (above kMaxSmall up to kMaxLarge)
+// holds at most this many, and at most option large_cache bytes.
+inline constexpr uint32_t kLargeCacheSlots = 8;
+
 // Exclusion: a heap's spans (queues, the full list, each span's lists and
 // `used`) belong to its thread while it is in a slow path (refills, cache
 // flushes, collection: `busy`), or to a collector that claimed the heap
@@ -112,6 +116,11 @@ struct Heap {
   detail::Bin* thread_bins = nullptr;
   Block*** thread_fbase = nullptr;
   bool bins_taken = false;  // REQUIRES busy or claimed: bins_take_idle moved an fbase up
+  // Freed large blocks kept for the thread's next large mallocs, most recent
+  // last (large.cc).  REQUIRES busy or claimed.
+  Span* large_cache[kLargeCacheSlots] = {};
+  uint32_t large_cached = 0;
+  uint64_t large_cache_bytes = 0;
 };
 
 // ---- allocation API (what override/ exports under the standard names) ----

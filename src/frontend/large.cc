@@ -20,11 +20,71 @@ Span* backend_alloc(size_t size, size_t align, bool growing) {
   return g.backend.alloc(size, align, growing);
 }
 
+// The thread's cache of freed large blocks (Heap::large_cache): a free
+// puts the block there, a malloc takes the most recent block that fits it
+// within 1.5x (its tail is idle while it serves), neither takes the
+// backend's lock, which two threads churning large blocks otherwise queue
+// on.  The cache is heap state: the thread holds the heap to use it, so a
+// collector (a quiet thread's, lm_collect_idle_heaps, and thread exit,
+// both through heap_collect) can empty it; blocks it lets go are given
+// back to the backend once the heap is let go (HeapGuard).
+inline bool large_cacheable(size_t size, size_t align, Heap* h) {
+  return size > kMaxSmall && size <= kMaxLarge && align <= kUnitSize && !g_secure && h != &g_empty_heap;
+}
+
+Span* large_cache_take(Heap* h, size_t size) {
+  HeapGuard guard(h);
+  for (uint32_t i = h->large_cached; i-- > 0;) {
+    Span* s = h->large_cache[i];
+    if (s->bytes < size || 2 * s->bytes > 3 * size) continue;
+    for (uint32_t k = i; k + 1 < h->large_cached; ++k) h->large_cache[k] = h->large_cache[k + 1];
+    h->large_cached--;
+    h->large_cache_bytes -= s->bytes;
+    s->cached = 0;
+    g.stats.sub(Stat::large_cache_bytes, s->bytes);
+    g.stats.add(Stat::large_cache_hits, 1);
+    return s;
+  }
+  return nullptr;
+}
+
+// REQUIRES h held: the oldest cached block leaves the cache, to the
+// backend once h is let go.
+void large_cache_evict(Heap* h) {
+  Span* s = h->large_cache[0];
+  for (uint32_t k = 0; k + 1 < h->large_cached; ++k) h->large_cache[k] = h->large_cache[k + 1];
+  h->large_cached--;
+  h->large_cache_bytes -= s->bytes;
+  g.stats.sub(Stat::large_cache_bytes, s->bytes);
+  s->cached = 0;
+  s->next = h->to_release;
+  h->to_release = s;
+}
+
+bool large_cache_put(Heap* h, Span* s) {
+  uint64_t cap = uint64_t(option(Opt::large_cache));
+  if (s->bytes > cap) return false;
+  HeapGuard guard(h);
+  while (h->large_cached == kLargeCacheSlots || h->large_cache_bytes + s->bytes > cap) large_cache_evict(h);
+  s->cached = 1;
+  s->zero = 0;
+  h->large_cache[h->large_cached++] = s;
+  h->large_cache_bytes += s->bytes;
+  g.stats.add(Stat::large_cache_bytes, s->bytes);
+  return true;
+}
+
 }  // namespace
 
+void large_cache_drain(Heap* h) {
+  while (h->large_cached) large_cache_evict(h);
+}
+
 void* alloc_large(size_t size, size_t align, bool* zero, bool growing) {
+  Span* s = nullptr;
+  if (large_cacheable(size, align, tl_heap)) s = large_cache_take(tl_heap, size);
   // Secure mode: room for the guard page (size <= kMaxRequest: no overflow).
-  Span* s = backend_alloc(g_secure ? size + kOsPageSize : size, align, growing);
+  if (!s) s = backend_alloc(g_secure ? size + kOsPageSize : size, align, growing);
   if (!s) {
     pal::set_errno(ENOMEM);
     return nullptr;
@@ -75,8 +135,13 @@ void release_to_backend(Span* s, bool contents_gone) {
 LM_NOINLINE void free_generic(Span* s, void* p) {
   if (s->discard) lm_invalid_pointer("free", p, "discardable memory (use lazymalloc_discardable_free)");
   if (p != block_start(s)) lm_invalid_pointer("free", p, "points inside a block");
-  heap_count(tl_heap, HeapStat::large_frees);
-  if (s->kind == SpanKind::kLarge) g.stats.sub(Stat::large_blocks, 1);
+  if (s->cached) lm_invalid_pointer("free", p, "double free (the block is already free)");
+  Heap* h = tl_heap;
+  heap_count(h, HeapStat::large_frees);
+  if (s->kind == SpanKind::kLarge) {
+    g.stats.sub(Stat::large_blocks, 1);
+    if (large_cacheable(s->bytes, 0, h) && !s->guard && large_cache_put(h, s)) return;
+  }
   if (s->guard) pal::protect(s->start + s->bytes - kOsPageSize, kOsPageSize, true);
   release_to_backend(s);
 }

@@ -147,6 +147,8 @@ void* lm_realloc(void* p, size_t size) {
     check_live("realloc", s, object_index("realloc", s, p), p);
   } else if (s->discard) {
     lm_invalid_pointer("realloc", p, "discardable memory");
+  } else if (s->cached) {
+    lm_invalid_pointer("realloc", p, "the block is already free");
   } else if (p != block_start(s)) {
     lm_invalid_pointer("realloc", p, "points inside a block");
   }

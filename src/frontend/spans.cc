@@ -400,6 +400,7 @@ LM_NOINLINE void* alloc_class(Heap* h, unsigned c) {
 }
 
 void heap_collect(Heap* h) {
+  large_cache_drain(h);
   process_delayed(h);
   for (unsigned c = 0; c < kSmallClasses; ++c) {
     SpanQueue& q = h->queue[c];
