@@ -148,7 +148,7 @@ void* lm_realloc(void* p, size_t size) {
   } else if (s->discard) {
     lm_invalid_pointer("realloc", p, "discardable memory");
   } else if (s->cached) {
-    lm_invalid_pointer("realloc", p, "the block is already free");
+    lm_invalid_pointer("realloc", p, "double free (the block is already free)");
   } else if (p != block_start(s)) {
     lm_invalid_pointer("realloc", p, "points inside a block");
   }

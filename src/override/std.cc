@@ -86,14 +86,18 @@ namespace {
 struct mallinfo2 fill_mallinfo2() {
   uint64_t m[5];
   lm_memory_state(m);
-  uint64_t huge = 0;
+  uint64_t huge = 0, cached = 0;
   lazymalloc_stat_get("huge_bytes", &huge);
+  // Freed large blocks in threads' caches are in use to the backend, free
+  // to the program.
+  lazymalloc_stat_get("large_cache_bytes", &cached);
+  if (cached > m[1]) cached = m[1];
   struct mallinfo2 mi;
   memset(&mi, 0, sizeof mi);
   mi.arena = m[1] + m[2] + m[3];  // memory touched for the heap, roughly
   mi.hblkhd = huge;
-  mi.uordblks = m[1];             // in use
-  mi.fordblks = m[2] + m[3];      // free but possibly resident
+  mi.uordblks = m[1] - cached;    // in use
+  mi.fordblks = m[2] + m[3] + cached;  // free but possibly resident
   mi.keepcost = m[2];
   return mi;
 }
