@@ -102,6 +102,12 @@ std::string option_table(OptionTable form) {
       out += head + wrap(plain(info.doc), head.size(), kWidth) + '\n';
       out += std::string(head.size(), ' ') + wrap("values: " + plain(option_values(info)), head.size(), kWidth) + '\n';
     }
+    out += "\nOther variables lazymalloc reads (never reported as unknown):\n";
+    for (unsigned i = 0; i < lazymalloc::kVariableCount; ++i) {
+      const auto& v = lazymalloc::kVariableInfo[i];
+      std::string head = pad(option_env_var(v.name), kName + kDefault);
+      out += head + wrap(plain(v.doc), head.size(), kWidth) + '\n';
+    }
     return out;
   }
   const bool full = form == OptionTable::kMarkdownFull;

@@ -19,7 +19,7 @@ std::string option_default(const lazymalloc::OptionInfo& info);
 std::string option_values(const lazymalloc::OptionInfo& info);
 
 enum class OptionTable {
-  kText,           // name, default, description and values, wrapped for a terminal
+  kText,           // name, default, description and values, wrapped for a terminal; then the other variables
   kMarkdownFull,   // docs/options.md: name, variable, default, values, description
   kMarkdownShort,  // README.md: variable, default, description
 };

@@ -256,6 +256,7 @@ TEST(RunTool, ListOptions) {
   }
   EXPECT_NE(r.out.find("decay_ms                1000 ms   free 2 MiB slots idle this long"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("values: adaptive, decay, eager, never"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\nLAZYMALLOC_STATS_FILE             write the statistics"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find('`'), std::string::npos) << "Markdown marks in the text form:\n" << r.out;
 
   // The Markdown form is the table of docs/options.md.

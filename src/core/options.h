@@ -31,7 +31,8 @@ enum class OptKind : uint8_t { kBool, kInt, kSize, kMillis, kEnum };
 // so they may use `code` spans and end without a full stop.
 #define LAZYMALLOC_OPTIONS(X)                                                              \
   X(stats, kEnum, 0, 0, 2, "off|text|json",                                                \
-    "print statistics to stderr when the process exits: `text` (or `1`) or `json`; "       \
+    "print statistics to stderr (or `LAZYMALLOC_STATS_FILE`) when the process exits: "     \
+    "`text` (or `1`) or `json`; "                                                          \
     "docs/stats.md names every counter")                                                    \
   X(stats_pid, kInt, 0, 0, 2147483647, nullptr,                                            \
     "print the statistics of `stats` only in the process with this pid (0: in every "      \
