@@ -9,6 +9,7 @@
 // See docs/benchmarks.md.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <iostream>
 
 #include "compare.h"
@@ -22,14 +23,17 @@ int allocators_command(const std::string& lib) {
   std::string tried;
   const std::string lazymalloc = lazybench::find_lazymalloc_library(lib, &tried);
   const auto dirs = lazybench::peer_library_dirs();
-  for (const auto& name : lazybench::known_allocator_names()) {
+  const auto names = lazybench::known_allocator_names();
+  std::size_t width = 0;
+  for (const auto& name : names) width = std::max(width, name.size());
+  for (const auto& name : names) {
     const auto spec = lazybench::parse_allocator(name, lazymalloc);
     std::string where;
     if (name == "glibc") where = "(no preload)";
     else if (const std::string path = lazybench::resolve_preload(spec->preload, dirs); !path.empty()) where = path;
     else where = name == "lazymalloc" ? "not found (tried: " + tried + ")" : "not installed (" + spec->preload + ")";
     for (const auto& [k, v] : spec->env) where += " " + k + "=" + v;
-    std::cout << name << std::string(12 - std::min<std::size_t>(11, name.size()), ' ') << where << '\n';
+    std::cout << name << std::string(width + 2 - name.size(), ' ') << where << '\n';
   }
   return 0;
 }

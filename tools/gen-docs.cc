@@ -6,7 +6,8 @@
 //
 // A generated block sits between `<!-- NAME:begin -->` and `<!-- NAME:end -->`
 // lines; the text around it is kept.  The blocks: the options table in
-// docs/options.md (full) and README.md (short), from src/core/options.h; the
+// docs/options.md (full) and README.md (short), and the table of the other
+// LAZYMALLOC_* variables in docs/options.md, from src/core/options.h; the
 // statistics tables in docs/stats.md, from src/core/stats.h.  ctest's
 // docs.generated runs --check; `cmake --build BUILD --target update-docs`
 // runs --update.
@@ -42,6 +43,7 @@ std::vector<Block> blocks() {
   using lazymalloc_docs::OptionTable;
   return {
       {"docs/options.md", "options", lazymalloc_docs::option_table(OptionTable::kMarkdownFull)},
+      {"docs/options.md", "variables", lazymalloc_docs::variable_table()},
       {"README.md", "options", lazymalloc_docs::option_table(OptionTable::kMarkdownShort)},
       {"docs/stats.md", "stats-global", stats_table(lazymalloc::kStatInfo, lazymalloc::kStatCount)},
       {"docs/stats.md", "stats-heap", stats_table(lazymalloc::kHeapStatInfo, lazymalloc::kHeapStatCount)},

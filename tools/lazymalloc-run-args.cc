@@ -3,6 +3,9 @@
 #include <cctype>
 #include <cstdio>
 
+#include "core/format.h"
+#include "core/options.h"
+
 namespace lazymalloc_run {
 
 namespace {
@@ -35,6 +38,32 @@ std::optional<std::pair<std::string, std::string>> parse_option(std::string_view
   auto name = option_env_name(assignment.substr(0, eq));
   if (!name) return std::nullopt;
   return std::make_pair(std::move(*name), std::string(assignment.substr(eq + 1)));
+}
+
+std::string option_problem(std::string_view name, std::string_view value) {
+  namespace lm = lazymalloc;
+  const auto var = option_env_name(name);
+  if (!var) return "bad option name '" + std::string(name) + "': use letters, digits, _ or -";
+  // The table's name: lower case, after LAZYMALLOC_.
+  const std::string key = lower(std::string_view(*var).substr(11));
+  const unsigned o = lm::option_find(key.c_str(), key.size());
+  if (o < lm::kOptionCount) {
+    int64_t parsed;
+    if (lm::option_parse(o, std::string(value).c_str(), &parsed)) return {};
+    char buf[512];
+    lm::Writer w(buf, sizeof buf);
+    lm::option_write_values(w, lm::kOptionInfo[o], false);
+    const size_t n = w.finish();
+    return "bad value '" + std::string(value) + "' for " + key + ": expected " +
+           std::string(buf, n < sizeof buf ? n : sizeof buf - 1);
+  }
+  if (lm::variable_find(key.c_str(), key.size()) < lm::kVariableCount) return {};
+  std::string out = "unknown option '" + std::string(name) + "'";
+  unsigned near[3];
+  const unsigned n = lm::option_suggest(key.c_str(), key.size(), near, 3);
+  for (unsigned i = 0; i < n; ++i)
+    out.append(i == 0 ? " (did you mean " : i + 1 == n ? " or " : ", ").append(lm::option_suggestion_name(near[i]));
+  return out + (n ? "?)" : "");
 }
 
 std::optional<std::string> stats_env_value(std::string_view value) {

@@ -26,6 +26,13 @@ std::optional<std::string> option_env_name(std::string_view name);
 // "decay_ms=500" -> {"LAZYMALLOC_DECAY_MS", "500"}; nullopt without '=' or with a bad name.
 std::optional<std::pair<std::string, std::string>> parse_option(std::string_view assignment);
 
+// Checks `-o NAME=VALUE` against the options table (src/core/options.h):
+// empty when NAME is an option and VALUE a value it accepts, or NAME a
+// variable lazymalloc reads (LAZYMALLOC_STATS_FILE); otherwise one line
+// saying what is wrong, e.g. "unknown option 'decay_mss' (did you mean
+// decay_ms?)" or "bad value '-5G' for memory_limit: expected bytes, ...".
+std::string option_problem(std::string_view name, std::string_view value);
+
 // The value of LAZYMALLOC_STATS for `--stats[=VALUE]`: "text", "1", "yes",
 // "true" or "" -> "1" (text at exit); "json" -> "json"; "0", "no", "off",
 // "false" -> "0".  nullopt otherwise.

@@ -4,8 +4,10 @@
 //   lazymalloc-run --list-options[=markdown]
 //
 // Sets LD_PRELOAD to liblazymalloc.so (prepended to any LD_PRELOAD already
-// set), turns `-o NAME=VALUE` into LAZYMALLOC_NAME=VALUE and `--stats` into
-// LAZYMALLOC_STATS, then execs PROGRAM.  Because the wrapper *replaces*
+// set), turns `-o NAME=VALUE` into LAZYMALLOC_NAME=VALUE (after checking it
+// against the options table) and `--stats` into LAZYMALLOC_STATS, then execs
+// PROGRAM.  Statistics come from PROGRAM alone (LAZYMALLOC_STATS_PID is its
+// pid, which exec keeps) unless --follow-children.  Because the wrapper *replaces*
 // itself with the program (execvp), the program keeps the wrapper's pid,
 // stdin/stdout/stderr and signal disposition, and its exit status -- or the
 // signal that killed it -- is exactly what the caller sees.  The wrapper's
@@ -28,6 +30,24 @@
 namespace {
 
 constexpr const char* kName = "lazymalloc-run";
+
+// CLI11's help, readable: the usage line names PROGRAM, and an option whose
+// value is optional (--stats[=json]) shows its option_text instead of
+// CLI11's "--stats{text}".
+class HelpFormatter final : public CLI::Formatter {
+ public:
+  std::string make_usage(const CLI::App*, std::string name) const override {
+    return "Usage: " + name + " [OPTIONS] [--] PROGRAM [ARGS...]\n";
+  }
+  std::string make_option_name(const CLI::Option* opt, bool positional) const override {
+    std::string out = CLI::Formatter::make_option_name(opt, positional);
+    for (size_t open = out.find('{'); open != std::string::npos; open = out.find('{')) {
+      const size_t close = out.find('}', open);
+      out.erase(open, close == std::string::npos ? std::string::npos : close - open + 1);
+    }
+    return out;
+  }
+};
 
 std::string exe_dir() {
   char buf[PATH_MAX];
@@ -67,29 +87,39 @@ int main(int argc, char** argv) {
                "environment variables.",
                kName};
   app.prefix_command();  // the first non-option word is PROGRAM; everything after it is left alone
+  app.formatter(std::make_shared<HelpFormatter>());
   std::string lib;
   std::vector<std::string> options;
   std::string stats, list_options;
-  bool verbose = false, print_env = false, version = false;
+  bool verbose = false, print_env = false, version = false, follow_children = false;
   app.add_option("--lib", lib,
                  "liblazymalloc.so to preload (default: $LAZYMALLOC_LIB, else the build tree's library, else the "
-                 "installed one)");
-  app.add_option("-o,--option", options, "NAME=VALUE: set lazymalloc option NAME (LAZYMALLOC_NAME=VALUE); repeatable")
+                 "installed one)")
+      ->type_name("PATH");
+  app.add_option("-o,--option", options,
+                 "Set lazymalloc option NAME (LAZYMALLOC_NAME=VALUE), checked against --list-options; repeatable")
       ->allow_extra_args(false)
       ->type_name("NAME=VALUE");
   app.add_flag("--stats{text}", stats,
-               "Print lazymalloc's statistics to stderr at exit: --stats (text) or --stats=json");
+               "Print PROGRAM's lazymalloc statistics to stderr at exit, as text (--stats) or JSON (--stats=json); "
+               "-o stats_file=PATH writes them to a file instead (%p: pid, %e: program name)")
+      ->option_text("[=text|json]");
+  app.add_flag("--follow-children", follow_children,
+               "With --stats: PROGRAM's child processes (and theirs) that inherit lazymalloc print their statistics "
+               "too, each report starting with its pid and program name");
   app.add_flag("-v,--verbose", verbose, "Print the environment being set to stderr before running PROGRAM");
   app.add_flag("--print-env", print_env, "Print the variables that would be set, one per line, and exit");
   app.add_flag("--list-options{text}", list_options,
                "Print every lazymalloc option (name, default, description, values) and exit; "
-               "--list-options=markdown prints the table of docs/options.md");
+               "--list-options=markdown prints the table of docs/options.md")
+      ->option_text("[=text|markdown]");
   app.add_flag("--version", version, "Print the version and exit");
   app.footer(
       "Exit status: PROGRAM's own (the wrapper execs it, so a signal that kills PROGRAM kills it as seen by the\n"
       "caller; a shell reports 128+N). Wrapper errors: 2 usage, 126 library missing or PROGRAM not executable,\n"
       "127 PROGRAM not found.\n"
-      "Example: lazymalloc-run -o decay_ms=500 --stats=json -- ./server --port 8080");
+      "Examples: lazymalloc-run -o decay_ms=500 --stats=json -- ./server --port 8080\n"
+      "          lazymalloc-run --stats --follow-children -o stats_file=/tmp/lm.%e.%p.txt -- make -j8");
 
   try {
     app.parse(argc, argv);
@@ -133,6 +163,12 @@ int main(int argc, char** argv) {
       std::cerr << kName << ": bad option '" << o << "': expected NAME=VALUE with NAME made of letters, digits, _ or -\n";
       return lr::kExitUsage;
     }
+    const auto eq = o.find('=');
+    if (const std::string problem = lr::option_problem(o.substr(0, eq), o.substr(eq + 1)); !problem.empty()) {
+      std::cerr << kName << ": -o " << o << ": " << problem << "\n(" << kName
+                << " --list-options lists the options and their values)\n";
+      return lr::kExitUsage;
+    }
     vars.push_back(*parsed);
   }
   if (!stats.empty()) {
@@ -142,6 +178,23 @@ int main(int argc, char** argv) {
       return lr::kExitUsage;
     }
     vars.emplace_back("LAZYMALLOC_STATS", *value);
+  }
+  // Whose statistics: PROGRAM will have this process's pid (exec keeps it),
+  // its children other pids.  Only when statistics are asked for (here or
+  // in the environment), and not for --print-env, whose variables serve
+  // another process; an explicit -o stats_pid=N is left alone.
+  bool stats_asked = std::getenv("LAZYMALLOC_STATS") != nullptr, pid_given = false;
+  for (const auto& [k, v] : vars) {
+    stats_asked = stats_asked || k == "LAZYMALLOC_STATS";
+    pid_given = pid_given || k == "LAZYMALLOC_STATS_PID";
+  }
+  if (follow_children && stats.empty() && !stats_asked) {
+    std::cerr << kName << ": --follow-children without --stats (or -o stats=...) prints nothing\n";
+    return lr::kExitUsage;
+  }
+  if (!pid_given && !print_env) {
+    if (follow_children) ::unsetenv("LAZYMALLOC_STATS_PID");  // every descendant, even under an outer wrapper
+    else if (stats_asked) vars.emplace_back("LAZYMALLOC_STATS_PID", std::to_string(::getpid()));
   }
 
   const auto choice = lr::choose_library(lib, std::getenv("LAZYMALLOC_LIB"), default_libraries(),

@@ -4,34 +4,22 @@
 #include <string_view>
 #include <vector>
 
+#include "core/format.h"
+
 namespace lazymalloc_docs {
 
 namespace {
 
 using lazymalloc::OptionInfo;
-using lazymalloc::OptKind;
 
-// "0", "64K", "32M", "1G": the largest power-of-1024 suffix that divides `v`
-// (the suffixes option_parse accepts).
-std::string size_text(int64_t v) {
-  static constexpr char kSuffix[] = {'T', 'G', 'M', 'K'};
-  for (int i = 0; i < 4; ++i) {
-    const int64_t unit = int64_t(1) << (10 * (4 - i));
-    if (v != 0 && v % unit == 0) return std::to_string(v / unit) + kSuffix[i];
-  }
-  return std::to_string(v);
-}
-
-std::vector<std::string_view> choices(const OptionInfo& info) {
-  std::vector<std::string_view> out;
-  std::string_view all = info.choices ? info.choices : "";
-  for (size_t start = 0;;) {
-    const size_t bar = all.find('|', start);
-    out.push_back(all.substr(start, bar - start));
-    if (bar == std::string_view::npos) break;
-    start = bar + 1;
-  }
-  return out;
+// What a core writer (heap-free, in src/core/options.cc) writes, as a string.
+template <class Write>
+std::string written(Write write) {
+  char buf[512];
+  lazymalloc::Writer w(buf, sizeof buf);
+  write(w);
+  const size_t n = w.finish();
+  return std::string(buf, n < sizeof buf ? n : sizeof buf - 1);
 }
 
 // `code` spans are Markdown; a terminal shows the words without the marks.
@@ -84,38 +72,20 @@ std::string wrap(std::string_view text, size_t indent, size_t width) {
 
 }  // namespace
 
-std::string option_env_var(const OptionInfo& info) {
+std::string option_env_var(const OptionInfo& info) { return option_env_var(info.name); }
+
+std::string option_env_var(const char* name) {
   std::string out = "LAZYMALLOC_";
-  for (const char* p = info.name; *p; ++p) out += (*p >= 'a' && *p <= 'z') ? char(*p - 'a' + 'A') : *p;
+  for (const char* p = name; *p; ++p) out += (*p >= 'a' && *p <= 'z') ? char(*p - 'a' + 'A') : *p;
   return out;
 }
 
 std::string option_default(const OptionInfo& info) {
-  switch (info.kind) {
-    case OptKind::kEnum: return std::string(choices(info).at(size_t(info.def)));
-    case OptKind::kSize: return size_text(info.def);
-    case OptKind::kMillis: return std::to_string(info.def) + " ms";
-    case OptKind::kBool:
-    case OptKind::kInt: break;
-  }
-  return std::to_string(info.def);
+  return written([&](lazymalloc::Writer& w) { lazymalloc::option_write_value(w, info, info.def); });
 }
 
 std::string option_values(const OptionInfo& info) {
-  switch (info.kind) {
-    case OptKind::kBool: return "`1`/`0`, `true`/`false`, `yes`/`no`, `on`/`off`";
-    case OptKind::kEnum: {
-      std::string out;
-      for (auto c : choices(info)) out.append(out.empty() ? "" : ", ").append(code(c));
-      return out + " (or the index, " + std::to_string(info.min) + " to " + std::to_string(info.max) + ")";
-    }
-    case OptKind::kSize:
-      return "bytes, " + size_text(info.min) + " to " + size_text(info.max) + " (suffix K, M, G or T: powers of 1024)";
-    case OptKind::kMillis:
-      return std::to_string(info.min) + " to " + std::to_string(info.max) + " ms (suffix `ms`, or `s` for seconds)";
-    case OptKind::kInt: break;
-  }
-  return std::to_string(info.min) + " to " + std::to_string(info.max);
+  return written([&](lazymalloc::Writer& w) { lazymalloc::option_write_values(w, info, true); });
 }
 
 std::string option_table(OptionTable form) {
@@ -132,6 +102,12 @@ std::string option_table(OptionTable form) {
       out += head + wrap(plain(info.doc), head.size(), kWidth) + '\n';
       out += std::string(head.size(), ' ') + wrap("values: " + plain(option_values(info)), head.size(), kWidth) + '\n';
     }
+    out += "\nOther variables lazymalloc reads (never reported as unknown):\n";
+    for (unsigned i = 0; i < lazymalloc::kVariableCount; ++i) {
+      const auto& v = lazymalloc::kVariableInfo[i];
+      std::string head = pad(option_env_var(v.name), kName + kDefault);
+      out += head + wrap(plain(v.doc), head.size(), kWidth) + '\n';
+    }
     return out;
   }
   const bool full = form == OptionTable::kMarkdownFull;
@@ -147,6 +123,16 @@ std::string option_table(OptionTable form) {
     row.push_back(cell(info.doc));
     for (const auto& c : row) out.append("| ").append(c).append(" ");
     out += "|\n";
+  }
+  return out;
+}
+
+std::string variable_table() {
+  std::string out = "| environment variable | meaning |\n|---|---|\n";
+  for (unsigned i = 0; i < lazymalloc::kVariableCount; ++i) {
+    const auto& v = lazymalloc::kVariableInfo[i];
+    out += "| " + code(option_env_var(v.name)) + " | " +
+           cell(v.doc) + " |\n";
   }
   return out;
 }

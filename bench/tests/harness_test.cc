@@ -575,6 +575,20 @@ TEST(RunToolArgs, OptionNames) {
   EXPECT_FALSE(lr::parse_option("=5"));
 }
 
+TEST(RunToolArgs, OptionsCheckedAgainstTheTable) {
+  namespace lr = lazymalloc_run;
+  EXPECT_EQ(lr::option_problem("decay_ms", "500"), "");
+  EXPECT_EQ(lr::option_problem("DECAY-MS", "2s"), "");
+  EXPECT_EQ(lr::option_problem("LAZYMALLOC_PURGE", "never"), "");
+  EXPECT_EQ(lr::option_problem("stats_file", "/tmp/lm.%p"), "");  // a variable, not an option
+  EXPECT_EQ(lr::option_problem("decay_mss", "5"), "unknown option 'decay_mss' (did you mean decay_ms?)");
+  EXPECT_EQ(lr::option_problem("zzzzzzzz", "5"), "unknown option 'zzzzzzzz'");
+  EXPECT_EQ(lr::option_problem("memory_limit", "-5G"),
+            "bad value '-5G' for memory_limit: expected bytes, 0 to 1024T (suffix K, M, G or T: powers of 1024)");
+  EXPECT_EQ(lr::option_problem("release_workers", "65"), "bad value '65' for release_workers: expected 0 to 64");
+  EXPECT_EQ(lr::option_problem("a b", "1"), "bad option name 'a b': use letters, digits, _ or -");
+}
+
 TEST(RunToolArgs, StatsAndPreload) {
   namespace lr = lazymalloc_run;
   EXPECT_EQ(*lr::stats_env_value("text"), "1");

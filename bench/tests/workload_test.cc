@@ -197,6 +197,28 @@ TEST(Workload, ListMatchesTheTestedSet) {
   EXPECT_EQ(headline, (std::vector<std::string>{"ebizzy-1t", "ebizzy-2t", "phases", "malloc-large"})) << r.out;
 }
 
+TEST(Workload, AllocatorsListIsAligned) {
+  // `lazybench allocators`: one line per known allocator, the second column
+  // starting in the same place for every name, the longest included.
+  const auto r = spawn({g_lazybench, "allocators"}, test::options());
+  ASSERT_EQ(r.exit_code(), 0) << r.describe();
+  std::istringstream in(r.out);
+  std::string line;
+  std::vector<std::string> names;
+  std::size_t column = 0;
+  while (std::getline(in, line)) {
+    const std::size_t name_end = line.find(' ');
+    ASSERT_NE(name_end, std::string::npos) << line;
+    names.push_back(line.substr(0, name_end));
+    const std::size_t second = line.find_first_not_of(' ', name_end);
+    ASSERT_NE(second, std::string::npos) << line;
+    if (!column) column = second;
+    EXPECT_EQ(second, column) << r.out;
+    EXPECT_GE(second, name_end + 2) << r.out;
+  }
+  EXPECT_EQ(names, known_allocator_names()) << r.out;
+}
+
 TEST(Workload, RunRejectsUnknownWorkloadAndShowsHelp) {
   ASSERT_FALSE(g_expect.empty()) << "run with the --expect-workloads entry";
   auto r = spawn({g_lazybench, "run", "no-such-workload"}, test::options());

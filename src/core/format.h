@@ -23,6 +23,10 @@ class Writer {
   // Right-aligned in a field of `width` characters.
   void put_u64_padded(uint64_t v, unsigned width);
   void pad_to(size_t column_start, unsigned width);
+  // A JSON string literal: quotes, with ", \\ and control characters escaped.
+  void put_json_string(const char* s);
+  // ISO 8601 UTC with milliseconds: "2026-11-30T22:36:41.123Z".
+  void put_utc_time(uint64_t unix_ms);
 
   // NUL-terminates within the buffer; returns the full length wanted.
   size_t finish();

@@ -4,7 +4,11 @@
 // LAZYMALLOC_<NAME> (NAME upper-cased), e.g. LAZYMALLOC_DECAY_MS=500.
 // Sizes accept K/M/G/T suffixes (powers of 1024), times ms or s; booleans accept
 // 1/0/true/false/yes/no/on/off; enumerations accept a name or its index.
-// A malformed value is reported on stderr and the default kept.
+// An unknown LAZYMALLOC_* variable or a malformed value is reported on stderr
+// (one line: the variable, its value, what is used instead and, for an
+// unknown name, the closest known names); with abort_on_bad_option the
+// allocator then aborts at start-up.  Variables that are not tunables but are
+// read by lazymalloc or its tools (LAZYMALLOC_VARIABLES) are known names too.
 // docs/options.md and the README's options table are generated from this
 // table (build/lazymalloc-gen-docs --update; ctest's docs.generated fails
 // when they differ), and `lazymalloc-run --list-options` prints it.
@@ -27,11 +31,19 @@ enum class OptKind : uint8_t { kBool, kInt, kSize, kMillis, kEnum };
 // so they may use `code` spans and end without a full stop.
 #define LAZYMALLOC_OPTIONS(X)                                                              \
   X(stats, kEnum, 0, 0, 2, "off|text|json",                                                \
-    "print statistics to stderr when the process exits: `text` (or `1`) or `json`; "       \
+    "print statistics to stderr (or `LAZYMALLOC_STATS_FILE`) when the process exits: "     \
+    "`text` (or `1`) or `json`; "                                                          \
     "docs/stats.md names every counter")                                                    \
+  X(stats_pid, kInt, 0, 0, 2147483647, nullptr,                                            \
+    "print the statistics of `stats` only in the process with this pid (0: in every "      \
+    "process that has `stats` set); `lazymalloc-run --stats` sets it to the pid of the "   \
+    "program it starts, so the program's children stay silent unless "                    \
+    "`--follow-children`")                                                                  \
+  X(abort_on_bad_option, kBool, 0, 0, 1, nullptr,                                          \
+    "abort at start-up, after reporting them, when a `LAZYMALLOC_*` variable is unknown "  \
+    "or has a bad value (without it they are reported on stderr and ignored)")             \
   X(verbose, kBool, 0, 0, 1, nullptr,                                                      \
-    "report unknown `LAZYMALLOC_*` variables and unusual events (failed `madvise`, "       \
-    "fallbacks) on stderr; bad values are reported without it")                            \
+    "report unusual events (failed `madvise`, fallbacks) on stderr")                       \
   X(purge, kEnum, 0, 0, 3, "adaptive|decay|eager|never",                                   \
     "release policy: `adaptive` gives back memory idle for `decay_ms`, with hysteresis "   \
     "(a slot reused soon after a purge waits twice as long next time, up to 32x, then is " \
@@ -116,6 +128,18 @@ enum class OptKind : uint8_t { kBool, kInt, kSize, kMillis, kEnum };
     "most bytes of unlocked discardable blocks kept (0 = no limit): the background thread " \
     "discards the least recently unlocked beyond it")
 
+// Variables that are not tunables but that lazymalloc, its tools or its tests
+// read, so that an unknown-variable report never names them.
+// X(name, doc)
+#define LAZYMALLOC_VARIABLES(X)                                                            \
+  X(stats_file, "write the statistics of `LAZYMALLOC_STATS` to this file (appended; "     \
+    "created with mode 0644) instead of stderr; `%p` in it stands for the process id, "   \
+    "`%e` for the program name, `%%` for `%`, e.g. `/tmp/lm.%e.%p.json`")                  \
+  X(lib, "the `liblazymalloc.so` that `lazymalloc-run` and `lazybench` preload, unless "   \
+    "`--lib` is given")                                                                    \
+  X(test_scale, "test suites only: scales the sizes and iteration counts of the stress "   \
+    "tests (1 = full size)")
+
 enum class Opt : unsigned {
 #define LM_OPT_ENUM(name, kind, def, mn, mx, choices, doc) name,
   LAZYMALLOC_OPTIONS(LM_OPT_ENUM)
@@ -124,6 +148,17 @@ enum class Opt : unsigned {
 };
 
 inline constexpr unsigned kOptionCount = unsigned(Opt::kCount);
+
+struct VariableInfo {
+  const char* name;
+  const char* doc;
+};
+inline constexpr unsigned kVariableCount = 0
+#define LM_VAR_COUNT(name, doc) +1
+    LAZYMALLOC_VARIABLES(LM_VAR_COUNT)
+#undef LM_VAR_COUNT
+    ;
+extern const VariableInfo kVariableInfo[kVariableCount];
 
 struct OptionInfo {
   const char* name;
@@ -147,14 +182,38 @@ enum PurgeAdviceOpt : int64_t { kAdviceAuto = 0, kAdviceFree = 1, kAdviceDontnee
 // Parses `text` for option `o`; returns false (value untouched) if malformed
 // or out of range.
 bool option_parse(unsigned o, const char* text, int64_t* value);
-// Finds an option by lower-case name; returns kOptionCount if unknown.
+// Finds an option by name (any case); returns kOptionCount if unknown.
 unsigned option_find(const char* name);
-// Reads every LAZYMALLOC_* variable from `envp` (NULL-terminated), reporting
-// problems through `report` (may be null).
-void options_load(char** envp, void (*report)(const char* msg, size_t len));
+unsigned option_find(const char* name, size_t len);
+// Finds a variable of LAZYMALLOC_VARIABLES by name (any case); kVariableCount if unknown.
+unsigned variable_find(const char* name, size_t len);
+
+// Names offered for a mistyped one: an index below kOptionCount is an option,
+// kOptionCount + i is variable i.  Fills up to `max` indices, closest first
+// (edit distance, or a known name that contains the typed one); returns how many.
+unsigned option_suggest(const char* name, size_t len, unsigned* out, unsigned max);
+// The name of a suggestion index (option or variable), lower case.
+const char* option_suggestion_name(unsigned index);
+
+// `v` for people: "adaptive", "32M", "1000 ms", "1".
+void option_write_value(Writer& w, const OptionInfo& info, int64_t v);
+// What option `info` accepts: "bytes, 0 to 1024T (suffix K, M, G or T: powers
+// of 1024)"; with `code`, literal words are marked as Markdown `code`.
+void option_write_values(Writer& w, const OptionInfo& info, bool code);
+
+// Reads every LAZYMALLOC_* variable from `envp` (NULL-terminated).  Each
+// unknown variable or bad value is reported through `report` (may be null)
+// as one line; returns how many there were.
+unsigned options_load(char** envp, void (*report)(const char* msg, size_t len));
+// The value of environment variable `name` (e.g. "LAZYMALLOC_STATS_FILE") in
+// `envp`, or nullptr.
+const char* env_find(char** envp, const char* name);
 // Sets option `o` if `value` is in range.
 bool option_set(unsigned o, int64_t value);
-// "name = value" lines (text) or a JSON object body (json).
-void options_write(Writer& w, bool json);
+// Text: one "  name  value" line per option, the name padded to
+// `name_width` characters and the value right-aligned in 16 more (as the
+// statistics' values); JSON: the body of an object.  Enumerations by name in
+// both.
+void options_write(Writer& w, bool json, unsigned name_width);
 
 }  // namespace lazymalloc

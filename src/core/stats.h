@@ -183,9 +183,24 @@ extern const StatInfo kHeapStatInfo[kHeapStatCount];
 // Finds a statistic by name: returns true and sets *heap_stat and *index.
 bool stat_find(const char* name, bool* heap_stat, unsigned* index);
 
+// The process a report describes: printed first in every report, so that
+// reports of several processes (a shell script's children) can be told apart.
+struct StatsOrigin {
+  int64_t pid;
+  const char* program;  // e.g. /proc/self/comm without its newline
+  uint64_t unix_ms;     // wall-clock time of the report, milliseconds since 1970-01-01 UTC
+};
+
 // Writes all statistics: `global` has kStatCount values, `heap` the sums of
-// kHeapStatCount per-heap values.  Text is a table with descriptions; JSON
-// is one object {"version":..,"stats":{..},"options":{..}}.
-void stats_write(Writer& w, const uint64_t* global, const uint64_t* heap, bool json);
+// kHeapStatCount per-heap values.  Text is a table with descriptions after a
+// line naming the origin; JSON is one object {"pid":..,"program":..,"time":..,
+// "version":..,"stats":{..},"options":{..}}, the time as ISO 8601 UTC with
+// milliseconds ("2026-11-30T22:36:41.123Z").
+void stats_write(Writer& w, const StatsOrigin& origin, const uint64_t* global, const uint64_t* heap, bool json);
+
+// The path of LAZYMALLOC_STATS_FILE for `origin`: `%p` becomes the pid, `%e`
+// the program name (a '/' in it becomes '_'), `%%` a '%'; any other '%'
+// stays as it is.
+void stats_path(Writer& w, const char* pattern, const StatsOrigin& origin);
 
 }  // namespace lazymalloc

@@ -147,6 +147,9 @@ size_t lm_collect_idle_heaps(uint64_t now_ns, uint64_t idle_ns, uint64_t* next_d
 void lm_memory_state(uint64_t out[5]);
 size_t lm_stats_write(char* buf, size_t len, bool json);
 void lm_stats_print(bool json, int fd = 2);
+// The report at exit: to LAZYMALLOC_STATS_FILE if set (and openable), else
+// to the copy of stderr taken at start-up.
+void lm_stats_at_exit(bool json);
 int lm_stats_fd();
 // Tests: every OS effect of the process-wide allocator goes through
 // `platform` from now on (a fake one injects faults); arenas already

@@ -171,7 +171,10 @@ void lm_init() {
     while (g.init_state.load(std::memory_order_acquire) != 2) cpu_relax();
     return;
   }
-  options_load(pal::environment(), report_stderr);
+  if (options_load(pal::environment(), report_stderr) && option(Opt::abort_on_bad_option)) {
+    static const char kMsg[] = "lazymalloc: aborting: LAZYMALLOC_ABORT_ON_BAD_OPTION is set\n";
+    pal::fatal(kMsg, sizeof kMsg - 1);
+  }
   if (!g_platform) g_platform = &pal::linux_platform();
   g_secure = option(Opt::secure) != 0;
   // Collectors of idle heaps use the process barrier; without it, threads
@@ -325,21 +328,76 @@ void snapshot(uint64_t* global, uint64_t* heap) {
     for (unsigned i = 0; i < kHeapStatCount; ++i) heap[i] += h->stats.v[i].load(std::memory_order_relaxed);
   }
 }
-}  // namespace
 
-size_t lm_stats_write(char* buf, size_t len, bool json) {
+// The origin of a report: this process, now.  `name` receives the program
+// name (/proc/self/comm: at most 15 characters; "?" without /proc).
+StatsOrigin origin_now(char* name, size_t len) {
+  long n = pal::read_file("/proc/self/comm", name, len);
+  while (n > 0 && (name[n - 1] == '\n' || name[n - 1] == '\0')) name[--n] = '\0';
+  if (n <= 0) {
+    name[0] = '?';
+    name[1] = '\0';
+  }
+  return StatsOrigin{pal::process_id(), name, pal::wall_clock_ms()};
+}
+
+size_t render_stats(char* buf, size_t len, bool json, const StatsOrigin& origin) {
   lm_init();
   uint64_t global[kStatCount], heap[kHeapStatCount];
   snapshot(global, heap);
   Writer w(buf, len);
-  stats_write(w, global, heap, json);
+  stats_write(w, origin, global, heap, json);
   return w.finish();
 }
 
-void lm_stats_print(bool json, int fd) {
-  char buf[16384];
-  size_t n = lm_stats_write(buf, sizeof buf, json);
+void write_stats(bool json, int fd, const StatsOrigin& origin) {
+  char buf[24576];
+  size_t n = render_stats(buf, sizeof buf, json, origin);
   pal::write_fd(fd, buf, n < sizeof buf ? n : sizeof buf - 1);
+}
+}  // namespace
+
+size_t lm_stats_write(char* buf, size_t len, bool json) {
+  char name[64];
+  return render_stats(buf, len, json, origin_now(name, sizeof name));
+}
+
+void lm_stats_print(bool json, int fd) {
+  char name[64];
+  write_stats(json, fd, origin_now(name, sizeof name));
+}
+
+void lm_stats_at_exit(bool json) {
+  char name[64];
+  const StatsOrigin origin = origin_now(name, sizeof name);
+  int fd = g_stats_fd;
+  bool opened = false;
+  const char* pattern = env_find(pal::environment(), "LAZYMALLOC_STATS_FILE");
+  if (pattern && *pattern) {
+    char path[4096];
+    Writer p(path, sizeof path);
+    stats_path(p, pattern, origin);
+    const bool fits = p.finish() < sizeof path;
+    const int f = fits ? pal::open_append(path) : -ENAMETOOLONG;
+    if (f >= 0) {
+      fd = f;
+      opened = true;
+    } else {
+      char msg[4096 + 160];
+      Writer m(msg, sizeof msg);
+      m.put("lazymalloc: LAZYMALLOC_STATS_FILE=");
+      m.put(pattern);
+      m.put(": cannot open ");
+      m.put(fits ? path : "(path too long)");
+      m.put(" (errno ");
+      m.put_i64(-f);
+      m.put("); statistics on stderr\n");
+      const size_t n = m.finish();
+      pal::write_fd(g_stats_fd, msg, n < sizeof msg ? n : sizeof msg - 1);
+    }
+  }
+  write_stats(json, fd, origin);
+  if (opened) pal::close_fd(fd);
 }
 
 int lm_stat_get(const char* name, uint64_t* value) {

@@ -136,18 +136,21 @@ namespace {
 // Statistics at exit (LAZYMALLOC_STATS=1|text|json).  A destructor of the
 // library, so it also runs for programs that never call exit handlers of
 // their own; it allocates nothing.  A program that never allocated has not
-// read its options (lm_init did not run, and is not run here: it would
-// reserve memory at exit): LAZYMALLOC_STATS is read here for it.
+// read its options (lm_init did not run): LAZYMALLOC_STATS and
+// LAZYMALLOC_STATS_PID are read here for it.  With stats_pid set, only the
+// process with that pid reports (lazymalloc-run sets it to the program it
+// starts, whose descendants inherit the variables).
 __attribute__((destructor(101))) void print_stats_at_exit() {
   int64_t mode = option(Opt::stats);
+  int64_t pid = option(Opt::stats_pid);
   if (!mode) {
-    static const char kVar[] = "LAZYMALLOC_STATS=";
-    for (char** e = pal::environment(); e && *e; ++e) {
-      if (strncmp(*e, kVar, sizeof kVar - 1) == 0 && option_parse(unsigned(Opt::stats), *e + sizeof kVar - 1, &mode)) {
-        option_set(unsigned(Opt::stats), mode);
-      }
-    }
+    char** env = pal::environment();
+    const char* stats = env_find(env, "LAZYMALLOC_STATS");
+    if (!stats || !option_parse(unsigned(Opt::stats), stats, &mode)) mode = 0;
+    const char* stats_pid = env_find(env, "LAZYMALLOC_STATS_PID");
+    if (!stats_pid || !option_parse(unsigned(Opt::stats_pid), stats_pid, &pid)) pid = 0;
   }
-  if (mode) lm_stats_print(mode == 2, lm_stats_fd());
+  if (!mode || (pid != 0 && pid != pal::process_id())) return;
+  lm_stats_at_exit(mode == 2);
 }
 }  // namespace

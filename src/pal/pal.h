@@ -108,6 +108,14 @@ bool move_pages(void* from, size_t len, void* to, bool huge);
 void futex_wait(std::atomic<uint32_t>* word, uint32_t expected, int64_t timeout_ns);
 void futex_wake(std::atomic<uint32_t>* word, int count);
 
+// The process id (getpid) and the wall clock (CLOCK_REALTIME) in
+// milliseconds since 1970-01-01 UTC.
+int process_id();
+uint64_t wall_clock_ms();
+// Opens `path` for appending (created with mode 0644, close-on-exec): a
+// descriptor, or -errno.  errno is preserved.
+int open_append(const char* path);
+void close_fd(int fd);
 // A close-on-exec duplicate of `fd` numbered 100 or above (fd itself on failure).
 int dup_fd(int fd);
 // Writes the whole buffer to a file descriptor, ignoring errors.

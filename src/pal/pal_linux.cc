@@ -203,6 +203,28 @@ void futex_wake(std::atomic<uint32_t>* word, int count) {
   errno = saved;
 }
 
+int process_id() { return int(getpid()); }
+
+uint64_t wall_clock_ms() {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return uint64_t(ts.tv_sec) * 1000u + uint64_t(ts.tv_nsec) / 1000000u;
+}
+
+int open_append(const char* path) {
+  int saved = errno;
+  int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) fd = -errno;
+  errno = saved;
+  return fd;
+}
+
+void close_fd(int fd) {
+  int saved = errno;
+  close(fd);
+  errno = saved;
+}
+
 int dup_fd(int fd) {
   int saved = errno;
   int d = fcntl(fd, F_DUPFD_CLOEXEC, 100);

@@ -134,7 +134,7 @@ TEST(Identity, StatGet) {
   EXPECT_EQ(lazymalloc_stat_get("no_such_statistic_xyz", &v), -1);
   EXPECT_EQ(errno, ENOENT);
 
-  // Every statistic in the JSON output ({"version":..,"stats":{..},...})
+  // Every statistic in the JSON output ({"pid":..,..,"stats":{..},...})
   // can be read by its name, and the allocations above show up in them.
   std::vector<void*> keep;
   for (int i = 0; i < 1000; ++i) keep.push_back(malloc(64 + i));

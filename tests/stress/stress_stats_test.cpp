@@ -1,6 +1,7 @@
 // The statistics are reachable: lazymalloc_stats_write() yields one valid
 // JSON object (and text), also while other threads allocate.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <string>
@@ -58,7 +59,9 @@ TEST(StatsJson, WriteReturnsOneJsonObject) {
   lmt::ParsedJson r = lmt::ParseJson(json);
   ASSERT_TRUE(r.ok()) << r.error << "\n" << json;
   EXPECT_TRUE(r.value.is_object()) << json;
-  EXPECT_NE(json.find("{\"version\":\"" LAZYMALLOC_VERSION "\","), std::string::npos) << "version missing:\n" << json;
+  // First the process (pid, program, time), then the version.
+  EXPECT_EQ(json.rfind("{\"pid\":" + std::to_string(getpid()) + ",\"program\":\"", 0), 0u) << json;
+  EXPECT_NE(json.find("\",\"version\":\"" LAZYMALLOC_VERSION "\","), std::string::npos) << "version missing:\n" << json;
   ASSERT_TRUE(r.value.contains("stats") && r.value["stats"].is_object()) << json;
   size_t nonzero = 0;
   for (const auto& [name, value] : r.value["stats"].items())
@@ -86,7 +89,10 @@ TEST(StatsJson, TruncationIsLikeSnprintf) {
 TEST(StatsJson, TextFormIsNonEmpty) {
   std::string text = StatsString(0);
   EXPECT_GT(text.size(), 50u) << text;
-  EXPECT_EQ(text.rfind("lazymalloc " LAZYMALLOC_VERSION " statistics\n", 0), 0u) << text;
+  // The first line names this process: pid, program and time.
+  const std::string head = "lazymalloc " LAZYMALLOC_VERSION " statistics: pid " + std::to_string(getpid()) + ", program ";
+  EXPECT_EQ(text.rfind(head, 0), 0u) << text;
+  EXPECT_NE(text.find(", time 20"), std::string::npos) << text;
   EXPECT_FALSE(lmt::ParseJson(text).ok()) << "text form should not be the JSON form";
 }
 

@@ -2,13 +2,16 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "core/bits.h"
 #include "core/format.h"
 #include "core/options.h"
 #include "core/stats.h"
 #include "frontend/size_class.h"
+#include "lazymalloc/version.h"
 
 namespace lazymalloc {
 namespace {
@@ -121,17 +124,193 @@ TEST(Options, LoadsFromEnvironmentAndReportsBadValues) {
   option_set(unsigned(Opt::decay_ms), old_decay);
 }
 
+// options_load on `vars`, with every line it reports; the options are
+// restored afterwards.
+struct Loaded {
+  unsigned problems;
+  std::string report;
+  int64_t values[kOptionCount];
+};
+Loaded load(std::vector<std::string> vars) {
+  static std::string* sink;
+  Loaded out{};
+  sink = &out.report;
+  int64_t saved[kOptionCount];
+  for (unsigned o = 0; o < kOptionCount; ++o) saved[o] = g_option_values[o].load();
+  std::vector<char*> envp;
+  for (auto& v : vars) envp.push_back(v.data());
+  envp.push_back(nullptr);
+  out.problems = options_load(envp.data(), [](const char* msg, size_t len) { sink->append(msg, len); });
+  for (unsigned o = 0; o < kOptionCount; ++o) {
+    out.values[o] = g_option_values[o].load();
+    g_option_values[o].store(saved[o]);
+  }
+  return out;
+}
+
+TEST(Options, UnknownVariableIsReportedWithTheClosestNames) {
+  const Loaded l = load({"LAZYMALLOC_DECAY_MSS=5", "LAZYMALLOC_DECAY_MS=300"});
+  EXPECT_EQ(l.problems, 1u);
+  EXPECT_EQ(l.report,
+            "lazymalloc: LAZYMALLOC_DECAY_MSS=5: unknown variable, ignored (did you mean LAZYMALLOC_DECAY_MS?)\n");
+  EXPECT_EQ(l.values[unsigned(Opt::decay_ms)], 300);
+  // Several close names, closest first; none for a name like no other.
+  const Loaded d = load({"LAZYMALLOC_decay=1", "LAZYMALLOC_QWERTYUIOP=1"});
+  EXPECT_EQ(d.problems, 2u);
+  EXPECT_NE(d.report.find("LAZYMALLOC_decay=1: unknown variable, ignored (did you mean LAZYMALLOC_DECAY_MS, "
+                          "LAZYMALLOC_LAZY_DECAY_MS or LAZYMALLOC_PARTIAL_DECAY_MS?)\n"),
+            std::string::npos)
+      << d.report;
+  EXPECT_NE(d.report.find("lazymalloc: LAZYMALLOC_QWERTYUIOP=1: unknown variable, ignored\n"), std::string::npos)
+      << d.report;
+}
+
+TEST(Options, BadValueIsReportedWithTheValueUsed) {
+  const Loaded l = load({"LAZYMALLOC_MEMORY_LIMIT=-5G", "LAZYMALLOC_PURGE_BATCH=5X", "LAZYMALLOC_PURGE=lazy"});
+  EXPECT_EQ(l.problems, 3u);
+  EXPECT_EQ(l.report,
+            "lazymalloc: LAZYMALLOC_MEMORY_LIMIT=-5G: bad value, expected bytes, 0 to 1024T (suffix K, M, G or T: "
+            "powers of 1024); using 0 (the default)\n"
+            "lazymalloc: LAZYMALLOC_PURGE_BATCH=5X: bad value, expected bytes, 64K to 1T (suffix K, M, G or T: "
+            "powers of 1024); using 32M (the default)\n"
+            "lazymalloc: LAZYMALLOC_PURGE=lazy: bad value, expected adaptive, decay, eager, never (or the index, 0 "
+            "to 3); using adaptive (the default)\n");
+  EXPECT_EQ(l.values[unsigned(Opt::memory_limit)], 0);
+  EXPECT_EQ(l.values[unsigned(Opt::purge_batch)], kOptionInfo[unsigned(Opt::purge_batch)].def);
+}
+
+TEST(Options, VariablesOfLazymallocAndItsToolsAreKnown) {
+  const Loaded l = load({"LAZYMALLOC_STATS=json", "LAZYMALLOC_STATS_PID=123", "LAZYMALLOC_STATS_FILE=/tmp/x.%p",
+                         "LAZYMALLOC_LIB=/x.so", "LAZYMALLOC_TEST_SCALE=0.25", "LAZYMALLOC_ABORT_ON_BAD_OPTION=1",
+                         "LAZYMALLOC_VERBOSE=0", "LAZYMALLOCX=1", "OTHER_DECAY_MS=1"});
+  EXPECT_EQ(l.problems, 0u);
+  EXPECT_EQ(l.report, "");
+  EXPECT_EQ(l.values[unsigned(Opt::stats)], 2);
+  EXPECT_EQ(l.values[unsigned(Opt::stats_pid)], 123);
+  EXPECT_EQ(l.values[unsigned(Opt::abort_on_bad_option)], 1);
+}
+
+TEST(Options, SuggestionsAndValues) {
+  unsigned near[3];
+  ASSERT_EQ(option_suggest("memroy_limit", 12, near, 3), 1u);
+  EXPECT_STREQ(option_suggestion_name(near[0]), "memory_limit");
+  ASSERT_EQ(option_suggest("stat", 4, near, 3), 3u);  // one edit, then the names that contain it
+  EXPECT_STREQ(option_suggestion_name(near[0]), "stats");
+  EXPECT_STREQ(option_suggestion_name(near[1]), "stats_pid");
+  EXPECT_STREQ(option_suggestion_name(near[2]), "stats_file");
+  EXPECT_EQ(option_suggest("abc", 3, near, 3), 0u);  // not "lib": two edits of three letters
+  ASSERT_GE(option_suggest("STATS-FILES", 11, near, 3), 1u);
+  EXPECT_STREQ(option_suggestion_name(near[0]), "stats_file");
+  EXPECT_EQ(option_suggest("zzzzzzzz", 8, near, 3), 0u);
+  char buf[128];
+  auto value = [&](Opt o, int64_t v) {
+    Writer w(buf, sizeof buf);
+    option_write_value(w, kOptionInfo[unsigned(o)], v);
+    w.finish();
+    return std::string(buf);
+  };
+  EXPECT_EQ(value(Opt::purge, kPurgeNever), "never");
+  EXPECT_EQ(value(Opt::purge_batch, 3 << 20), "3M");
+  EXPECT_EQ(value(Opt::purge_batch, 1000), "1000");
+  EXPECT_EQ(value(Opt::decay_ms, 250), "250 ms");
+}
+
+StatsOrigin test_origin() { return StatsOrigin{4242, "my \"prog\"", 1796078201123}; }
+
+TEST(Stats, ReportStartsWithPidProgramAndTime) {
+  uint64_t global[kStatCount] = {}, heap[kHeapStatCount] = {};
+  char buf[32768];
+  Writer j(buf, sizeof buf);
+  stats_write(j, test_origin(), global, heap, true);
+  ASSERT_LT(j.finish(), sizeof buf);
+  EXPECT_EQ(std::string(buf).rfind("{\"pid\":4242,\"program\":\"my \\\"prog\\\"\",\"time\":\"2026-11-30T22:36:41.123Z\","
+                                   "\"version\":",
+                                   0),
+            0u)
+      << buf;
+  // Enumerations by name.
+  EXPECT_NE(std::string(buf).find("\"purge\":\"adaptive\",\"purge_advice\":\"auto\""), std::string::npos) << buf;
+  Writer t(buf, sizeof buf);
+  stats_write(t, test_origin(), global, heap, false);
+  ASSERT_LT(t.finish(), sizeof buf);
+  const std::string text(buf);
+  EXPECT_EQ(text.substr(0, text.find('\n')),
+            "lazymalloc " LAZYMALLOC_VERSION " statistics: pid 4242, program my \"prog\", time 2026-11-30T22:36:41.123Z");
+  EXPECT_NE(text.find("\n  purge "), std::string::npos) << text;
+  EXPECT_NE(text.find(" adaptive\n"), std::string::npos) << text;
+}
+
+TEST(Stats, TextValuesShareOneColumn) {
+  uint64_t global[kStatCount], heap[kHeapStatCount];
+  for (unsigned i = 0; i < kStatCount; ++i) global[i] = 7;
+  for (unsigned i = 0; i < kHeapStatCount; ++i) heap[i] = 7;
+  char buf[32768];
+  Writer t(buf, sizeof buf);
+  stats_write(t, test_origin(), global, heap, false);
+  ASSERT_LT(t.finish(), sizeof buf);
+  // Every value (statistic or option) ends in the same column, whatever the
+  // length of the name.
+  std::istringstream in(buf);
+  std::string line;
+  size_t value_end = 0, rows = 0, options = 0;
+  bool in_options = false;
+  while (std::getline(in, line)) {
+    if (line == " options:") in_options = true;
+    if (line.size() < 3 || line[0] != ' ' || line[1] != ' ') continue;
+    const size_t name_end = line.find(' ', 2);
+    const size_t value = line.find_first_not_of(' ', name_end);
+    ASSERT_NE(value, std::string::npos) << line;
+    const size_t end = std::min(line.find(' ', value), line.size());
+    if (!value_end) value_end = end;
+    EXPECT_EQ(end, value_end) << line;
+    if (in_options) {
+      ++options;
+    } else {
+      EXPECT_EQ(line.substr(value, end - value), "7") << line;
+      ++rows;
+    }
+  }
+  EXPECT_EQ(rows, size_t(kStatCount + kHeapStatCount));
+  EXPECT_EQ(options, size_t(kOptionCount));
+}
+
+TEST(Stats, FilePatternNamesTheProcess) {
+  char buf[256];
+  Writer w(buf, sizeof buf);
+  stats_path(w, "/tmp/lm.%e.%p.%%.%x%", StatsOrigin{77, "a/b", 0});
+  w.finish();
+  EXPECT_STREQ(buf, "/tmp/lm.a_b.77.%.%x%");
+}
+
+TEST(Writer, UtcTimeAndJsonStrings) {
+  char buf[128];
+  auto time = [&](uint64_t ms) {
+    Writer w(buf, sizeof buf);
+    w.put_utc_time(ms);
+    w.finish();
+    return std::string(buf);
+  };
+  EXPECT_EQ(time(0), "1970-01-01T00:00:00.000Z");
+  EXPECT_EQ(time(951868799999), "2000-02-29T23:59:59.999Z");
+  EXPECT_EQ(time(4107542400007), "2100-03-01T00:00:00.007Z");
+  EXPECT_EQ(time(1796078201123), "2026-11-30T22:36:41.123Z");
+  Writer w(buf, sizeof buf);
+  w.put_json_string("a\"b\\c\n\x01");
+  w.finish();
+  EXPECT_STREQ(buf, "\"a\\\"b\\\\c\\u000a\\u0001\"");
+}
+
 TEST(Stats, JsonAndTextNameEveryCounter) {
   uint64_t global[kStatCount], heap[kHeapStatCount];
   for (unsigned i = 0; i < kStatCount; ++i) global[i] = 1000 + i;
   for (unsigned i = 0; i < kHeapStatCount; ++i) heap[i] = 5000 + i;
   char buf[32768];
   Writer j(buf, sizeof buf);
-  stats_write(j, global, heap, true);
+  stats_write(j, test_origin(), global, heap, true);
   ASSERT_LT(j.finish(), sizeof buf);
   std::string json(buf);
   Writer t(buf, sizeof buf);
-  stats_write(t, global, heap, false);
+  stats_write(t, test_origin(), global, heap, false);
   ASSERT_LT(t.finish(), sizeof buf);
   std::string text(buf);
   for (unsigned i = 0; i < kStatCount; ++i) {
@@ -144,6 +323,7 @@ TEST(Stats, JsonAndTextNameEveryCounter) {
     EXPECT_NE(json.find(key), std::string::npos) << key;
   }
   EXPECT_EQ(json.front(), '{');
+  EXPECT_LT(t.length(), 24576u) << "lm_stats_print's buffer is too small for the text report";
   EXPECT_NE(json.find("\"options\":{"), std::string::npos);
   bool is_heap;
   unsigned idx;
