@@ -104,6 +104,17 @@ class Writer;
   X(idle_heap_collections, counter, "heaps collected by the background thread after their thread " \
     "made no refill or flush for decay_ms (or exited): remote frees and empty spans returned")    \
   X(idle_spans_released, counter, "empty small spans those collections gave back to the backend") \
+  X(span_page_purges, counter, "4 KiB pages inside small spans purged because they held only free " \
+    "objects and their heap's thread had been quiet for partial_decay_ms (the spans stay active)") \
+  X(span_page_purge_bytes, counter, "bytes of those pages")                                       \
+  X(span_purged_bytes, gauge, "bytes of pages inside live small spans purged and not revived since " \
+    "(part of active_bytes; their free objects are dormant)")                                       \
+  X(span_page_revivals, counter, "purged pages inside small spans revived: their dormant objects " \
+    "listed again (the page's refault)")                                                            \
+  X(span_refaults, counter, "spans revived sooner than their delay after their purge (each doubles " \
+    "that span's delay: hysteresis)")                                                               \
+  X(span_purges_suppressed, counter, "spans a pass over a quiet heap did not purge because "       \
+    "hysteresis had lengthened their delay")                                                        \
   X(discardable_blocks, gauge, "live discardable blocks (lazymalloc_discardable_alloc)")          \
   X(discardable_bytes, gauge, "bytes of live discardable blocks (page-rounded), in any state")    \
   X(discardable_locked_bytes, gauge, "bytes of locked discardable blocks (computed when the "     \

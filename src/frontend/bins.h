@@ -106,13 +106,25 @@ LM_INLINE Block* bin_pop(Bin& bin) {
   return b;
 }
 
+LM_NOINLINE void bin_overflow(Span* s, void* p);
+
+// Caches free object p (tagged) of small span s on this thread's bin of
+// its class, whichever heap owns the span (the free fast path), or
+// overflows.
+LM_INLINE void bin_push(Span* s, void* p) {
+  Bin& bin = tl_bins[s->cls];
+  Block** t = bin.ftop;
+  if (LM_UNLIKELY(t == bin.flimit)) return bin_overflow(s, p);
+  *t = static_cast<Block*>(p);
+  bin.ftop = t + 1;
+}
+
 // The slow paths (bins.cc).
 void bin_refill(Bin& bin, unsigned c, Span* s);
 void bin_flush(Heap* h, unsigned c, uint32_t keep);
 void bin_event(Heap* h);
 void bins_enable(Heap* h);
 void bins_return_all(Heap* h, bool disable);
-LM_NOINLINE void bin_overflow(Span* s, void* p);
 
 }  // namespace lazymalloc::detail
 

@@ -185,9 +185,9 @@ void lm_init() {
   g.releaser.init(&g.backend, &g.purger, g_platform, &g.stats, unsigned(pal::cpu_count()));
   g.discard.init(&g.backend, g_platform, &g.stats);
   g.purger.attach(&g.discard);
-  g.purger.set_heap_collector([](uint64_t now, uint64_t idle_ns) {
+  g.purger.set_heap_collector([](uint64_t now, uint64_t idle_ns, uint64_t span_idle_ns, uint64_t until) {
     uint64_t due;
-    lm_collect_idle_heaps(now, idle_ns, &due);
+    lm_collect_idle_heaps(now, idle_ns, &due, span_idle_ns, until);
     return due;
   });
   g.backend.set_hard_limit(uint64_t(option(Opt::memory_limit_hard)));
@@ -209,11 +209,31 @@ void lm_thread_collect() {
   heap_collect(h);
 }
 
-size_t lm_collect_idle_heaps(uint64_t now, uint64_t idle_ns, uint64_t* next_due) {
+namespace {
+
+// When idle heap h's next pass over the free pages inside its spans is due
+// (kNoDeadline: none): span_idle_ns after it went quiet, or the longer wait
+// its spans' hysteresis asked for (span_purge_wait), which ends when the
+// process turns idle (hysteresis_until).
+uint64_t span_purge_due(const Heap* h, uint64_t span_idle_ns, uint64_t hysteresis_until) {
+  if (span_idle_ns == kNoSpanPurge || h->span_purge_wait == kNoDeadline) return kNoDeadline;
+  uint64_t plain = h->idle_seen_ns + span_idle_ns;
+  if (h->span_purge_wait <= span_idle_ns) return plain;
+  uint64_t longer = h->idle_seen_ns + h->span_purge_wait;
+  uint64_t idle = hysteresis_until > plain ? hysteresis_until : plain;
+  return longer < idle ? longer : idle;
+}
+
+}  // namespace
+
+size_t lm_collect_idle_heaps(uint64_t now, uint64_t idle_ns, uint64_t* next_due, uint64_t span_idle_ns,
+                             uint64_t hysteresis_until) {
   uint64_t due = kNoDeadline;
   if (next_due) *next_due = due;
   if (g.init_state.load(std::memory_order_acquire) != 2) return 0;
   LockGuard collecting(g.collect_lock);
+  // Revivals measure their hysteresis against it (span_purge.cc).
+  if (span_idle_ns != kNoSpanPurge) g.span_delay_ns.store(span_idle_ns, std::memory_order_relaxed);
   // Heaps are never freed and new ones are pushed at the head, so the list
   // from the head read here can be walked without heaps_lock.
   Heap* h;
@@ -229,18 +249,29 @@ size_t lm_collect_idle_heaps(uint64_t now, uint64_t idle_ns, uint64_t* next_due)
     unsigned n = 0;
     for (; h && n < 64; h = h->next_all) {
       uint64_t events = __atomic_load_n(&h->slow_events, __ATOMIC_RELAXED);
-      if (events != h->idle_seen_events || h->idle_seen_ns == 0) {
-        // Busy since the last look: collected once it has been quiet.
+      if (events != h->idle_seen_events || h->idle_seen_ns == 0 || now < h->idle_seen_ns) {
+        // Busy since the last look (or a clock behind the last look's: a
+        // test's): collected once it has been quiet.
         h->idle_seen_events = events;
         h->idle_seen_ns = now ? now : 1;
         h->idle_collected = false;
+        h->span_purge_wait = 0;
         due_at(now + idle_ns);
         continue;
       }
-      if (h->idle_collected && !h->remote_pending.load(std::memory_order_relaxed)) continue;
-      if (now - h->idle_seen_ns < idle_ns) {
-        due_at(h->idle_seen_ns + idle_ns);
-        continue;
+      if (!h->idle_collected || h->remote_pending.load(std::memory_order_relaxed)) {
+        // Remote frees and empty spans (then the free pages inside spans).
+        if (now - h->idle_seen_ns < idle_ns) {
+          due_at(h->idle_seen_ns + idle_ns);
+          continue;
+        }
+      } else {
+        // Collected: only the free pages inside its spans may be left.
+        uint64_t pages = span_purge_due(h, span_idle_ns, hysteresis_until);
+        if (pages > now) {
+          due_at(pages);
+          continue;
+        }
       }
       batch[n++] = h;
     }
@@ -250,15 +281,29 @@ size_t lm_collect_idle_heaps(uint64_t now, uint64_t idle_ns, uint64_t* next_due)
     if (held < n) due_at(now + idle_ns);
     for (unsigned i = 0; i < held; ++i) {
       Heap* d = batch[i];
-      uint64_t before = d->stats.v[unsigned(HeapStat::spans_released)].load(std::memory_order_relaxed);
-      {
-        HeapGuard guard(d, HeapGuard::kClaimed);
+      HeapGuard guard(d, HeapGuard::kClaimed);
+      if (!d->idle_collected || d->remote_pending.load(std::memory_order_relaxed)) {
+        uint64_t before = d->stats.v[unsigned(HeapStat::spans_released)].load(std::memory_order_relaxed);
         d->remote_pending.store(false, std::memory_order_relaxed);
         heap_collect(d);
         released += d->stats.v[unsigned(HeapStat::spans_released)].load(std::memory_order_relaxed) - before;
+        d->idle_collected = true;
+        // Objects came back: their pages are worth a pass again.
+        d->span_purge_wait = 0;
+        g.stats.add(Stat::idle_heap_collections, 1);
       }
-      d->idle_collected = true;
-      g.stats.add(Stat::idle_heap_collections, 1);
+      uint64_t pages = span_purge_due(d, span_idle_ns, hysteresis_until);
+      if (pages <= now) {
+        uint64_t next_wait;
+        SpanPurgeArgs args{now, now - d->idle_seen_ns, span_idle_ns, hysteresis_until};
+        if (heap_purge_spans(d, args, &next_wait)) {
+          d->span_purge_wait = next_wait;
+        } else {
+          due_at(now + idle_ns);  // its thread woke: looked at again
+        }
+        pages = span_purge_due(d, span_idle_ns, hysteresis_until);
+      }
+      due_at(pages);
     }
   }
   g.stats.add(Stat::idle_spans_released, released);

@@ -103,6 +103,7 @@ void full_remove(Heap* h, Span* s) {
 // Unlinks empty span s of heap h for the backend (HeapGuard gives it back
 // once the heap is let go).  REQUIRES h held (HeapGuard).
 void span_release(Heap* h, Span* s) {
+  span_purge_forget(s);
   h->stats.inc(HeapStat::spans_released);
   g.stats.sub(Stat::small_spans, 1);
   s->heap = nullptr;
@@ -173,19 +174,15 @@ void collect_remote(Span* s) {
   s->free = list;
 }
 
-// Carves never-used objects from the span's tail, a few pages at a time so
-// memory is touched only as it is needed.
-void carve(Span* s) {
-  uint32_t left = s->capacity - s->reserved;
-  uint32_t n = uint32_t(16384 / s->obj_size);
-  if (n < 1) n = 1;
-  if (n > left) n = left;
-  char* p = s->start + size_t(s->reserved) * s->obj_size;
+}  // namespace
+
+void link_objects(Span* s, uint32_t first, uint32_t n) {
+  char* p = s->start + size_t(first) * s->obj_size;
   auto obj = [&](uint32_t i) { return reinterpret_cast<Block*>(p + size_t(i) * s->obj_size); };
   // link_set tags each object before the batch is listed (fork: see take).
   if (g_secure) {
     // Secure mode: the batch is linked in a random order (Fisher-Yates).
-    uint16_t order[16384 / 16];
+    uint16_t order[kMaxLinkBatch];
     Heap* h = s->heap;
     for (uint32_t i = 0; i < n; ++i) order[i] = uint16_t(i);
     for (uint32_t i = n; i > 1; --i) {
@@ -205,17 +202,33 @@ void carve(Span* s) {
     link_set(obj(n - 1), s->free);
     s->free = obj(0);
   }
-  // Atomic: remote frees read it (check_live).
-  __atomic_store_n(&s->reserved, s->reserved + n, __ATOMIC_RELAXED);
 }
 
-// Refills the allocation list from every source.  Owner only.
+namespace {
+
+// Carves never-used objects from the span's tail, a few pages at a time so
+// memory is touched only as it is needed.
+void carve(Span* s) {
+  uint32_t left = s->capacity - s->reserved;
+  uint32_t n = uint32_t(16384 / s->obj_size);
+  if (n < 1) n = 1;
+  if (n > left) n = left;
+  link_objects(s, s->reserved, n);
+  // Atomic: the failure paths of other threads' frees read it.
+  __atomic_store_n(&s->reserved, s->reserved + n, __ATOMIC_RELAXED);
+  span_set_check_limit(s);
+}
+
+// Refills the allocation list from every source: its own lists, remote
+// frees, purged pages (revived one group at a time: the page's refault),
+// then never-used objects.  REQUIRES the heap held (HeapGuard).
 void span_collect(Span* s) {
   if (!s->free && s->local_free) {
     s->free = s->local_free;
     s->local_free = nullptr;
   }
   if (!s->free) collect_remote(s);
+  while (!s->free && span_has_purged(s)) span_revive(s);
   if (!s->free && s->reserved < s->capacity) carve(s);
 }
 
@@ -246,6 +259,7 @@ Span* span_new(Heap* h, unsigned c) {
   s->div_magic = kClasses.magic[c];
   s->capacity = uint32_t(s->bytes / s->obj_size);
   s->reserved = 0;
+  span_purge_init(s);
   s->used = 0;
   s->free = s->local_free = nullptr;
   s->xfree.store(0, std::memory_order_relaxed);
@@ -319,10 +333,21 @@ bool return_run(Heap* h, Span* s, Block* first, Block* last, uint32_t n) {
     link_set(last, s->local_free);
     s->local_free = first;
     s->used -= n;
+    h->returned_bytes += uint64_t(n) * s->obj_size;
     if (s->used == 0 || s->in_full) local_free_attention(h, s);
     return false;
   }
   return remote_push(h, s, first, last, n);
+}
+
+// True (once per kBackgroundAfterBytes) if heap h's own spans got that many
+// bytes back since the collector was last told: a program that frees most
+// of its objects may empty no span, and the free pages inside them go back
+// only through the collector (span_purge.cc).  REQUIRES h held.
+bool returned_enough(Heap* h) {
+  if (h->returned_bytes < kBackgroundAfterBytes) return false;
+  h->returned_bytes = 0;
+  return true;
 }
 
 // The owner of a span may stay quiet: the background collector is due.
@@ -340,7 +365,11 @@ Block* refill(Heap* h, unsigned c, Bin& bin) {
   if (g_secure) {
     // Secure mode's fast path (its bins are always empty).
     Span* head = q.head;
-    if (head && head->free) return take(head, head->free);
+    if (head && head->free) {
+      Block* b = take(head, head->free);
+      span_objects_taken(head, &b, 1);
+      return b;
+    }
   }
   h->stats.inc(HeapStat::span_refills);
   if (h->delayed.load(std::memory_order_relaxed)) process_delayed(h);
@@ -377,6 +406,10 @@ Block* refill(Heap* h, unsigned c, Bin& bin) {
   queue_changed(h, c);
   Block* b = take(s, s->free);
   bin_refill(bin, c, s);
+  if (span_has_purged(s)) {
+    span_objects_taken(s, &b, 1);
+    if (bin.base) span_objects_taken(s, bin.base, uint32_t(bin.top - bin.base));
+  }
   return b;
 }
 
@@ -434,6 +467,7 @@ void return_object(Heap* h, Span* s, void* p) {
   {
     HeapGuard guard(h);
     pending = return_run(h, s, b, b, 1);
+    pending |= returned_enough(h);
   }
   if (pending) heap_work_arrived();
 }
@@ -454,6 +488,7 @@ void return_objects(Heap* h, Block* const* v, uint32_t n) {
       pending |= return_run(h, s, v[i], v[j - 1], j - i);
       i = j;
     }
+    pending |= returned_enough(h);
   }
   if (pending) heap_work_arrived();
 }
