@@ -25,12 +25,21 @@ inline uint32_t bin_count(const Bin& bin, unsigned c) {
 inline constexpr uint32_t kBinGcEvents = 256;
 __attribute__((tls_model("initial-exec"))) thread_local uint64_t tl_bin_seen[kSmallClasses];
 __attribute__((tls_model("initial-exec"))) thread_local uint32_t tl_bin_events;
+// Bytes of each bin last published in the heap's cache_bytes.
+__attribute__((tls_model("initial-exec"))) thread_local uint32_t tl_bin_bytes[kSmallClasses];
 
 inline uint64_t bin_fingerprint(const Bin& b) {
   return reinterpret_cast<uintptr_t>(b.top) ^ (reinterpret_cast<uintptr_t>(b.ftop) << 1);
 }
 
 }  // namespace
+
+void bin_published(Heap* h, unsigned c) {
+  if (h == &g_empty_heap) return;
+  uint32_t bytes = bin_count(tl_bins[c], c) * uint32_t(class_size(c));
+  h->stats.add(HeapStat::cache_bytes, uint64_t(bytes) - tl_bin_bytes[c]);
+  tl_bin_bytes[c] = bytes;
+}
 
 // Fills bin c's empty allocation stack from the head of span s's
 // allocation list, up to its capacity (not in secure mode: its bins have
@@ -76,13 +85,14 @@ void bin_flush(Heap* h, unsigned c, uint32_t keep) {
   if (keep > in_free) keep = in_free;
   uint32_t from_alloc = uint32_t(bin.top - bin.base);
   uint32_t n = from_alloc + in_free - keep;
-  if (n == 0) return;
+  if (n == 0) return bin_published(h, c);
   Block* out[2 * kBinCapMax];
   memcpy(out, bin.base, from_alloc * sizeof(Block*));
   memcpy(out + from_alloc, fbase, (in_free - keep) * sizeof(Block*));
   memmove(fbase, bin.ftop - keep, keep * sizeof(Block*));
   bin.top = bin.base;
   bin.ftop = fbase + keep;
+  bin_published(h, c);
   return_objects(h, out, n);
 }
 

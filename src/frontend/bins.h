@@ -123,6 +123,9 @@ LM_INLINE void bin_push(Span* s, void* p) {
 void bin_refill(Bin& bin, unsigned c, Span* s);
 void bin_flush(Heap* h, unsigned c, uint32_t keep);
 void bin_event(Heap* h);
+// Publishes the bytes bin c holds now in heap h's cache_bytes (slow paths
+// only: the fast paths never count).
+void bin_published(Heap* h, unsigned c);
 void bins_enable(Heap* h);
 void bins_return_all(Heap* h, bool disable);
 

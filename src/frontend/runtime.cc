@@ -356,23 +356,32 @@ void lm_memory_state(uint64_t out[5]) {
 }
 
 namespace {
-void snapshot(uint64_t* global, uint64_t* heap) {
+// The statistics now; `heap_cache` (if given) gets each heap's cache_bytes,
+// newest heap first, at most kMaxHeapsShown (*nheaps: how many heaps).
+constexpr unsigned kMaxHeapsShown = 64;
+void snapshot(uint64_t* global, uint64_t* heap, uint64_t* heap_cache = nullptr, unsigned* nheaps = nullptr) {
   g.discard.refresh_stats();
   for (unsigned i = 0; i < kStatCount; ++i) global[i] = g.stats.v[i].load(std::memory_order_relaxed);
   for (unsigned i = 0; i < kHeapStatCount; ++i) heap[i] = 0;
   LockGuard guard(g.heaps_lock);
-  for (Heap* h = g.all_heaps; h; h = h->next_all) {
+  unsigned n = 0;
+  for (Heap* h = g.all_heaps; h; h = h->next_all, ++n) {
     for (unsigned i = 0; i < kHeapStatCount; ++i) heap[i] += h->stats.v[i].load(std::memory_order_relaxed);
+    if (heap_cache && n < kMaxHeapsShown) {
+      heap_cache[n] = h->stats.v[unsigned(HeapStat::cache_bytes)].load(std::memory_order_relaxed);
+    }
   }
+  if (nheaps) *nheaps = n;
 }
 }  // namespace
 
 size_t lm_stats_write(char* buf, size_t len, bool json) {
   lm_init();
-  uint64_t global[kStatCount], heap[kHeapStatCount];
-  snapshot(global, heap);
+  uint64_t global[kStatCount], heap[kHeapStatCount], heap_cache[kMaxHeapsShown];
+  unsigned nheaps = 0;
+  snapshot(global, heap, heap_cache, &nheaps);
   Writer w(buf, len);
-  stats_write(w, global, heap, json);
+  stats_write(w, global, heap, json, heap_cache, nheaps);
   return w.finish();
 }
 

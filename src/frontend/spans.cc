@@ -106,6 +106,7 @@ void span_release(Heap* h, Span* s) {
   span_purge_forget(s);
   h->stats.inc(HeapStat::spans_released);
   g.stats.sub(Stat::small_spans, 1);
+  g.stats.sub(Stat::small_span_bytes, s->bytes);
   s->heap = nullptr;
   s->next = h->to_release;
   h->to_release = s;
@@ -253,6 +254,7 @@ Span* span_new(Heap* h, unsigned c) {
   Span* s = g.backend.alloc_units_span(kClasses.units[c]);
   if (!s) return nullptr;
   g.stats.add(Stat::small_spans, 1);
+  g.stats.add(Stat::small_span_bytes, s->bytes);
   s->kind = SpanKind::kSmall;
   s->cls = uint8_t(c);
   s->obj_size = uint32_t(class_size(c));
@@ -329,6 +331,11 @@ bool remote_push(Heap* h, Span* s, Block* first, Block* last, uint32_t n) {
 // one.  Returns true if the owner has something for the collector now and
 // had nothing before (remote_push).
 bool return_run(Heap* h, Span* s, Block* first, Block* last, uint32_t n) {
+  if (LM_LIKELY(h != &g_empty_heap)) {
+    h->stats.inc(HeapStat::span_returned_bytes, uint64_t(n) * s->obj_size);
+  } else {
+    g.stats.add(Stat::orphan_return_bytes, uint64_t(n) * s->obj_size);
+  }
   if (s->heap == h) {
     link_set(last, s->local_free);
     s->local_free = first;
@@ -368,6 +375,7 @@ Block* refill(Heap* h, unsigned c, Bin& bin) {
     if (head && head->free) {
       Block* b = take(head, head->free);
       span_objects_taken(head, &b, 1);
+      h->stats.inc(HeapStat::span_taken_bytes, head->obj_size);
       return b;
     }
   }
@@ -406,6 +414,7 @@ Block* refill(Heap* h, unsigned c, Bin& bin) {
   queue_changed(h, c);
   Block* b = take(s, s->free);
   bin_refill(bin, c, s);
+  h->stats.inc(HeapStat::span_taken_bytes, uint64_t(1 + (bin.top - bin.base)) * s->obj_size);
   if (span_has_purged(s)) {
     span_objects_taken(s, &b, 1);
     if (bin.base) span_objects_taken(s, bin.base, uint32_t(bin.top - bin.base));
@@ -436,7 +445,10 @@ LM_NOINLINE void* alloc_class(Heap* h, unsigned c) {
     b = refill(h, c, bin);
   }
   // With the heap let go: an idle bin's flush holds it again.
-  if (b) bin_event(h);
+  if (b) {
+    bin_published(h, c);
+    bin_event(h);
+  }
   return b;
 }
 

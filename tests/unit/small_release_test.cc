@@ -21,6 +21,7 @@
 #include "core/options.h"
 #include "fixture.h"
 #include "frontend/heap.h"
+#include "json_parse.h"
 
 namespace lazymalloc {
 namespace {
@@ -493,6 +494,92 @@ TEST_P(SpanPurge, ASpanThatRefillsAtOnceWaitsLongerForItsNextPurge) {
   EXPECT_GE(stat("span_purged_bytes"), free_pages_.size() * kOsPageSize);
   expect_live_intact();
   free_live();
+  EXPECT_EQ(lm_check_invariants(), nullptr);
+}
+
+
+// ---- statistics: thread caches and where the held bytes are
+
+// The "held" rows of the JSON statistics, with the gauges they come from.
+nlohmann::json held_now() {
+  std::vector<char> buf(1 << 16);
+  size_t n = lm_stats_write(buf.data(), buf.size(), true);
+  EXPECT_LT(n, buf.size());
+  lmt::ParsedJson j = lmt::ParseJson(std::string_view(buf.data(), n));
+  EXPECT_TRUE(j.ok()) << j.error;
+  return j.value;
+}
+
+// A thread's cache is counted at its refill (what the refill took from the
+// span less the object handed out) and at its flush (nothing left), per heap
+// and in the sum; the held rows place every byte of the small spans and of
+// active_bytes, with the cache where it is.
+TEST(CacheStats, ThreadCachesAreCountedAtSlowPathsAndEveryHeldByteIsPlaced) {
+  option_set(unsigned(Opt::background), 0);
+  lm_init();
+  lm_thread_collect();
+  std::mutex m;
+  std::condition_variable cv;
+  int phase = 0;  // 1: allocated; 2: collect; 3: collected; 4: exit
+  void* p = nullptr;
+  const uint64_t cache0 = stat("cache_bytes"), taken0 = stat("span_taken_bytes");
+  const uint64_t returned0 = stat("span_returned_bytes");
+  std::thread worker([&] {
+    p = lm_malloc(64);
+    std::unique_lock<std::mutex> lock(m);
+    phase = 1;
+    cv.notify_all();
+    cv.wait(lock, [&] { return phase == 2; });
+    lm_free(p);  // onto the cache, by the fast path: not counted yet
+    lm_thread_collect();
+    phase = 3;
+    cv.notify_all();
+    cv.wait(lock, [&] { return phase == 4; });
+  });
+  {
+    std::unique_lock<std::mutex> lock(m);
+    cv.wait(lock, [&] { return phase == 1; });
+  }
+  const uint64_t taken = stat("span_taken_bytes") - taken0;
+  EXPECT_GE(taken, 2u * 64) << "a refill fills the cache";
+  EXPECT_EQ(stat("cache_bytes") - cache0, taken - 64);
+  nlohmann::json j = held_now();
+  const auto& st = j["stats"];
+  const auto& held = j["held"];
+  EXPECT_GE(held["thread_caches"].get<uint64_t>(), taken - 64);
+  EXPECT_GE(held["small_in_use"].get<uint64_t>(), 64u);
+  EXPECT_EQ(held["small_in_use"].get<uint64_t>() + held["thread_caches"].get<uint64_t>() +
+                held["small_span_free"].get<uint64_t>(),
+            st["small_span_bytes"].get<uint64_t>());
+  EXPECT_EQ(st["small_span_bytes"].get<uint64_t>() + held["large_blocks"].get<uint64_t>(),
+            st["active_bytes"].get<uint64_t>());
+  EXPECT_EQ(held["small_span_purged"].get<uint64_t>(), st["span_purged_bytes"].get<uint64_t>());
+  EXPECT_EQ(held["lazy"].get<uint64_t>(), st["lazy_bytes"].get<uint64_t>());
+  ASSERT_TRUE(j["heap_cache_bytes"].is_array());
+  const uint64_t heaps = st["heaps"].get<uint64_t>();
+  EXPECT_EQ(j["heap_cache_bytes"].size(), heaps < 64 ? heaps : 64u);
+  uint64_t per_heap = 0, largest = 0;
+  for (const auto& v : j["heap_cache_bytes"]) {
+    per_heap += v.get<uint64_t>();
+    largest = std::max<uint64_t>(largest, v.get<uint64_t>());
+  }
+  EXPECT_LE(per_heap, st["cache_bytes"].get<uint64_t>());
+  EXPECT_GE(largest, taken - 64) << "the worker's heap";
+  {
+    std::unique_lock<std::mutex> lock(m);
+    phase = 2;
+    cv.notify_all();
+    cv.wait(lock, [&] { return phase == 3; });
+  }
+  // Everything the worker took is back, and its cache is empty.
+  EXPECT_EQ(stat("cache_bytes"), cache0);
+  EXPECT_EQ(stat("span_returned_bytes") - returned0, taken);
+  {
+    std::lock_guard<std::mutex> lock(m);
+    phase = 4;
+  }
+  cv.notify_all();
+  worker.join();
   EXPECT_EQ(lm_check_invariants(), nullptr);
 }
 
