@@ -191,6 +191,7 @@ TEST(SmallReleaseStress, CollectionRacesWithThreadsThatSleepAndWake) {
   lm_init();
   constexpr int kThreads = 3;
   constexpr int kRounds = 300;
+  const uint64_t purges0 = stat("span_page_purges"), revivals0 = stat("span_page_revivals");
   std::atomic<bool> done{false};
   std::atomic<uint64_t> clock{1};
   std::thread collector([&] {
@@ -290,6 +291,9 @@ TEST(SmallReleaseStress, CollectionRacesWithThreadsThatSleepAndWake) {
   }
   lm_thread_collect();
   EXPECT_GE(stat("idle_heap_collections"), 1u);
+  // Pages inside spans were purged under the threads, and revived by them.
+  EXPECT_GE(stat("span_page_purges") - purges0, 1u);
+  EXPECT_GE(stat("span_page_revivals") - revivals0, 1u);
   EXPECT_EQ(lm_check_invariants(), nullptr);
 }
 
