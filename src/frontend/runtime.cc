@@ -279,31 +279,53 @@ size_t lm_collect_idle_heaps(uint64_t now, uint64_t idle_ns, uint64_t* next_due,
     // A heap whose thread is in a slow path is not idle: looked at again later.
     unsigned held = heaps_claim(batch, n);
     if (held < n) due_at(now + idle_ns);
+    // Collections first, each heap let go at once: quick.
+    Heap* passes[64];
+    unsigned np = 0;
     for (unsigned i = 0; i < held; ++i) {
       Heap* d = batch[i];
-      HeapGuard guard(d, HeapGuard::kClaimed);
-      if (!d->idle_collected || d->remote_pending.load(std::memory_order_relaxed)) {
-        uint64_t before = d->stats.v[unsigned(HeapStat::spans_released)].load(std::memory_order_relaxed);
-        d->remote_pending.store(false, std::memory_order_relaxed);
-        heap_collect(d);
-        released += d->stats.v[unsigned(HeapStat::spans_released)].load(std::memory_order_relaxed) - before;
-        d->idle_collected = true;
-        // Objects came back: their pages are worth a pass again.
-        d->span_purge_wait = 0;
-        g.stats.add(Stat::idle_heap_collections, 1);
+      {
+        HeapGuard guard(d, HeapGuard::kClaimed);
+        if (!d->idle_collected || d->remote_pending.load(std::memory_order_relaxed)) {
+          uint64_t before = d->stats.v[unsigned(HeapStat::spans_released)].load(std::memory_order_relaxed);
+          d->remote_pending.store(false, std::memory_order_relaxed);
+          heap_collect(d);
+          released += d->stats.v[unsigned(HeapStat::spans_released)].load(std::memory_order_relaxed) - before;
+          d->idle_collected = true;
+          // Objects came back: their pages are worth a pass again.
+          d->span_purge_wait = 0;
+          g.stats.add(Stat::idle_heap_collections, 1);
+        }
       }
       uint64_t pages = span_purge_due(d, span_idle_ns, hysteresis_until);
       if (pages <= now) {
-        uint64_t next_wait;
-        SpanPurgeArgs args{now, now - d->idle_seen_ns, span_idle_ns, hysteresis_until};
-        if (heap_purge_spans(d, args, &next_wait)) {
-          d->span_purge_wait = next_wait;
-        } else {
-          due_at(now + idle_ns);  // its thread woke: looked at again
-        }
-        pages = span_purge_due(d, span_idle_ns, hysteresis_until);
+        passes[np++] = d;
+      } else {
+        due_at(pages);
       }
-      due_at(pages);
+    }
+    // Then the passes over free pages inside spans, which advise and may
+    // take a while: each heap claimed alone, so that no other heap's thread
+    // waits for one (a second process barrier, once per quiet episode).
+    for (unsigned i = 0; i < np; ++i) {
+      Heap* d = passes[i];
+      if (heaps_claim(&d, 1) == 0) {
+        due_at(now + idle_ns);  // its thread is in a slow path
+        continue;
+      }
+      HeapGuard guard(d, HeapGuard::kClaimed);
+      if (__atomic_load_n(&d->slow_events, __ATOMIC_RELAXED) != d->idle_seen_events) {
+        due_at(now + idle_ns);  // it ran since the collection: not idle
+        continue;
+      }
+      uint64_t next_wait;
+      SpanPurgeArgs args{now, now - d->idle_seen_ns, span_idle_ns, hysteresis_until};
+      if (heap_purge_spans(d, args, &next_wait)) {
+        d->span_purge_wait = next_wait;
+        due_at(span_purge_due(d, span_idle_ns, hysteresis_until));
+      } else {
+        due_at(now + idle_ns);  // its thread woke: looked at again
+      }
     }
   }
   g.stats.add(Stat::idle_spans_released, released);

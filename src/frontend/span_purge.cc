@@ -16,7 +16,7 @@
 //
 // Everything here runs with the heap held (HeapGuard): revivals by its
 // thread in its slow paths, purges by the collector that claimed the heap
-// (the madvise too, a batch at a time: a thread that wakes meanwhile waits
+// alone (the madvise too, a batch at a time: a thread that wakes meanwhile waits
 // for at most one batch, then the pass stops), so no revival races with a
 // purge.  The fast paths touch no span list, and objects cached in bins
 // count as used, so a purge never takes an object a bin holds.  free() compares an object's index with
