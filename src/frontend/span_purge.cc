@@ -16,13 +16,14 @@
 //
 // Everything here runs with the heap held (HeapGuard): revivals by its
 // thread in its slow paths, purges by the collector that claimed the heap
-// alone (the madvise too, a batch at a time: a thread that wakes meanwhile waits
-// for at most one batch, then the pass stops), so no revival races with a
-// purge.  The fast paths touch no span list, and objects cached in bins
-// count as used, so a purge never takes an object a bin holds.  free() compares an object's index with
-// `check_limit`, lowered to the first dormant object, and sends every
-// object from there on to its failure path (checks.cc), which tells a
-// double free of a dormant object (its tag may be gone) from a valid free.
+// alone (the madvise too, a batch at a time: a thread that wakes meanwhile
+// waits for at most one batch, then the pass stops), so no revival races
+// with a purge.  The fast paths touch no span list, and objects cached in
+// bins count as used, so a purge never takes an object a bin holds.
+// free() compares an object's index with `check_limit`, lowered to the
+// first dormant object, and sends every object from there on to its
+// failure path (checks.cc), which tells a double free of a dormant object
+// (its tag may be gone) from a valid free.
 //
 // Hysteresis: a span revived sooner than its delay after its purge doubles
 // that delay (purge_shift, at most kMaxPurgeShift); revived more than 8x
