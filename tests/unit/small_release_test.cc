@@ -437,6 +437,30 @@ TEST_P(SpanPurge, FreePagesGoBackAndTheirObjectsComeBackOnce) {
   EXPECT_EQ(lm_check_invariants(), nullptr);
 }
 
+// The collector's deadline (what the background thread sleeps to): a heap
+// collected is due for its pass span_idle after it went quiet; once the pass
+// found nothing more to do, nothing is due.
+TEST_P(SpanPurge, TheCollectorAsksToRunWhenThePassIsDue) {
+  allocate_and_free_most();
+  const uint64_t t = 6000 * kSecond;
+  uint64_t due = 0;
+  g_clock.store(t);
+  lm_collect_idle_heaps(t, kSecond, &due, kSpanIdle, 0);  // every heap seen
+  EXPECT_EQ(due, t + kSecond);
+  const uint64_t purges0 = stat("span_page_purges");
+  g_clock.store(t + kSecond);
+  lm_collect_idle_heaps(t + kSecond, kSecond, &due, kSpanIdle, 0);  // collected
+  EXPECT_EQ(due, t + kSpanIdle);
+  EXPECT_EQ(stat("span_page_purges"), purges0);
+  g_clock.store(t + kSpanIdle);
+  lm_collect_idle_heaps(t + kSpanIdle, kSecond, &due, kSpanIdle, 0);  // the pass
+  EXPECT_GE(stat("span_page_purges") - purges0, free_pages_.size());
+  EXPECT_EQ(due, kNoDeadline);
+  expect_live_intact();
+  free_live();
+  EXPECT_EQ(lm_check_invariants(), nullptr);
+}
+
 #if LAZYMALLOC_CHECKS
 // A dormant object's tag may be gone with its page: freeing it again is
 // still a double free, for free and realloc.  A live object past the
