@@ -33,6 +33,14 @@ std::string stats_table(const lazymalloc::StatInfo* info, unsigned count) {
   return out;
 }
 
+std::string held_table() {
+  std::string out = "| row | meaning |\n|---|---|\n";
+  for (unsigned i = 0; i < lazymalloc::kHeldCount; ++i) {
+    out += "| `" + std::string(lazymalloc::kHeldInfo[i].name) + "` | " + lazymalloc::kHeldInfo[i].doc + " |\n";
+  }
+  return out;
+}
+
 struct Block {
   const char* file;  // relative to the source directory
   const char* name;  // marker name
@@ -47,6 +55,7 @@ std::vector<Block> blocks() {
       {"README.md", "options", lazymalloc_docs::option_table(OptionTable::kMarkdownShort)},
       {"docs/stats.md", "stats-global", stats_table(lazymalloc::kStatInfo, lazymalloc::kStatCount)},
       {"docs/stats.md", "stats-heap", stats_table(lazymalloc::kHeapStatInfo, lazymalloc::kHeapStatCount)},
+      {"docs/stats.md", "stats-held", held_table()},
   };
 }
 

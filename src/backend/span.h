@@ -37,10 +37,19 @@ enum : uintptr_t {
   kXfreeMask = 3,
 };
 
-// Three cache lines, so that the owner's writes and other threads' remote
+// In-span purging (frontend/span_purge.cc): free pages inside a small span
+// go back to the kernel; the free objects whose first byte lies in one are
+// "dormant" (off every list) until the span revives the page.  One bit per
+// group of 2^purge_group_shift pages, so that 128 bits cover 512 pages.
+inline constexpr unsigned kSpanPurgeBits = 128;
+
+// Four cache lines, so that the owner's writes and other threads' remote
 // frees do not false-share: line 0 is written when the span is made and
-// when it carves objects (`reserved`, every 16 KiB; read by every free),
-// line 1 only by the owning thread, line 2 by remote frees.
+// when the heap's holder carves objects or purges or revives pages
+// (`check_limit`: read by every free), lines 1 and 2 only by whoever holds
+// the owning heap (its thread in a slow path, or a collector that claimed
+// it: frontend/heap.h; line 2 is read by the failure paths of free and
+// realloc), line 3 by remote frees.
 struct alignas(64) Span {
   // ---- line 0: identity (backend fields and the object geometry) ----
   char* start;
@@ -48,8 +57,11 @@ struct alignas(64) Span {
   Heap* heap;           // owner (small spans), nullptr otherwise
   uint64_t div_magic;   // 2^64 / obj_size rounded up: index and divisibility (frontend/checks.h, block_pos)
   uint32_t obj_size;    // bytes per object (the usable size)
-  uint32_t reserved;    // objects carved so far (the rest were never touched);
-                        // here, not in line 1, as remote frees read it
+  // Objects from this index on take free()'s failure path, which tests them
+  // precisely: `reserved`, or the first dormant object's index while the
+  // span has purged pages.  Here, not in line 2, as every free reads it
+  // (relaxed atomic: written by the heap's holder, read by any thread).
+  uint32_t check_limit;
   SlotMeta* slot;       // first slot
   size_t nslots;        // huge spans: slots in the run
   uint32_t first_unit;  // unit spans: first unit and count within `slot`
@@ -57,7 +69,7 @@ struct alignas(64) Span {
   uint8_t cls;          // size class
   SpanKind kind;
 
-  // ---- line 1: the owning thread's (small spans) ----
+  // ---- lines 1 and 2: the owning heap's holder's (small spans) ----
   alignas(64) Block* free;  // allocation list
   Block* local_free;    // owner's frees, swapped into `free` when it runs dry
   uint32_t used;        // objects handed out and not yet known to be free
@@ -71,13 +83,24 @@ struct alignas(64) Span {
   uint8_t cached;       // large: freed, in a thread's large cache (frontend/large.cc)
   size_t lead;          // large/huge: the block starts at start + lead
   DiscardChunk* discard;  // large/huge spans of discardable blocks (purge/discard.h), else nullptr
+  // Carving and in-span purging (small spans), by the heap's holder; the
+  // failure paths of free and realloc read `reserved` and `purged` with
+  // relaxed atomic loads.
+  uint32_t reserved;    // objects carved so far (the rest were never touched)
+  uint32_t dormant;     // free objects left off the lists: first byte in a purged page group
+  uint64_t purged[kSpanPurgeBits / 64];  // page groups purged and not revived since
+  uint64_t purged_ns;   // platform clock at the last purge; 0 once a revival looked at it
+  uint32_t purge_seen;  // `used` + 1 at the last purge pass that found nothing (0: none)
+  uint8_t purge_group_shift;  // pages per bit of `purged`, log2
+  uint8_t purge_shift;  // hysteresis: the span waits partial_decay_ms << purge_shift
 
-  // ---- line 2: other threads' ----
+  // ---- line 3: other threads' ----
   alignas(64) std::atomic<uintptr_t> xfree;  // remote frees: Block* | state bits
   // Remote frees pushed since the owner last looked, so collecting needs no
   // walk of the list.  Incremented after the push, so it never counts a
   // block that is not yet free: `used` never drops below the live count.
   std::atomic<uint32_t> xfree_count;
 };
+static_assert(sizeof(Span) == 256, "Span: four cache lines");
 
 }  // namespace lazymalloc

@@ -61,7 +61,8 @@ enum class OptKind : uint8_t { kBool, kInt, kSize, kMillis, kEnum };
     "free 2 MiB slots idle this long are given back (by the background thread)")           \
   X(partial_decay_ms, kMillis, 4000, 0, 3600000, nullptr,                                  \
     "free 64 KiB units inside slots that still hold live data wait this long: purging "    \
-    "them splits a transparent hugepage")                                                  \
+    "them splits a transparent hugepage; so do the free 4 KiB pages inside the "           \
+    "small-object spans of a thread quiet for that long")                                  \
   X(lazy_decay_ms, kMillis, 10000, 0, 3600000, nullptr,                                    \
     "second decay stage: free memory that has stayed LAZY (MADV_FREE, still counted in "    \
     "Rss until the kernel needs it) this long is given MADV_DONTNEED by the background "     \

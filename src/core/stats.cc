@@ -18,6 +18,37 @@ const StatInfo kHeapStatInfo[kHeapStatCount] = {
 #undef LM_STAT_INFO
 };
 
+const HeldInfo kHeldInfo[kHeldCount] = {
+#define LM_HELD_INFO(name, doc) {#name, doc},
+    LAZYMALLOC_HELD_ROWS(LM_HELD_INFO)
+#undef LM_HELD_INFO
+};
+
+void held_rows(const uint64_t* global, const uint64_t* heap, uint64_t* out) {
+  auto g = [&](Stat s) { return global[unsigned(s)]; };
+  auto h = [&](HeapStat s) { return heap[unsigned(s)]; };
+  auto sub = [](uint64_t a, uint64_t b) { return a > b ? a - b : 0; };
+  const uint64_t spans = g(Stat::small_span_bytes);
+  // Handed out of spans and not back: in use or cached (the caches are
+  // published at slow paths only, so the split may lag; the sum does not).
+  uint64_t out_of_spans = h(HeapStat::span_taken_bytes) - h(HeapStat::span_returned_bytes) -
+                          g(Stat::orphan_return_bytes);
+  if (int64_t(out_of_spans) < 0) out_of_spans = 0;
+  if (out_of_spans > spans) out_of_spans = spans;
+  const uint64_t cached = h(HeapStat::cache_bytes) < out_of_spans ? h(HeapStat::cache_bytes) : out_of_spans;
+  out[unsigned(Held::small_in_use)] = out_of_spans - cached;
+  out[unsigned(Held::thread_caches)] = cached;
+  out[unsigned(Held::small_span_free)] = spans - out_of_spans;
+  out[unsigned(Held::small_span_purged)] = g(Stat::span_purged_bytes);
+  const uint64_t large = sub(g(Stat::active_bytes), spans);
+  const uint64_t large_cached = g(Stat::large_cache_bytes) < large ? g(Stat::large_cache_bytes) : large;
+  out[unsigned(Held::large_blocks)] = large - large_cached;
+  out[unsigned(Held::large_cached)] = large_cached;
+  out[unsigned(Held::retained)] = g(Stat::retained_bytes);
+  out[unsigned(Held::lazy)] = g(Stat::lazy_bytes);
+  out[unsigned(Held::metadata)] = g(Stat::metadata_bytes);
+}
+
 namespace {
 
 bool same(const char* a, const char* b) {
@@ -39,6 +70,7 @@ unsigned name_width() {
   for (unsigned i = 0; i < kStatCount; ++i) fit(kStatInfo[i].name);
   for (unsigned i = 0; i < kHeapStatCount; ++i) fit(kHeapStatInfo[i].name);
   for (unsigned i = 0; i < kOptionCount; ++i) fit(kOptionInfo[i].name);
+  for (unsigned i = 0; i < kHeldCount; ++i) fit(kHeldInfo[i].name);
   return width + 1;  // at least one space before a 16-digit value
 }
 
@@ -81,7 +113,8 @@ bool stat_find(const char* name, bool* heap_stat, unsigned* index) {
   return false;
 }
 
-void stats_write(Writer& w, const StatsOrigin& origin, const uint64_t* global, const uint64_t* heap, bool json) {
+void stats_write(Writer& w, const StatsOrigin& origin, const uint64_t* global, const uint64_t* heap, bool json,
+                 const uint64_t* heap_cache, unsigned nheaps) {
   const unsigned width = name_width();
   if (json) {
     w.put("{\"pid\":");
@@ -103,8 +136,35 @@ void stats_write(Writer& w, const StatsOrigin& origin, const uint64_t* global, c
   for (unsigned i = 0; i < kStatCount; ++i) write_row(w, kStatInfo[i], global[i], json, i == 0, width);
   if (!json) w.put(" per-thread heaps (sum):\n");
   for (unsigned i = 0; i < kHeapStatCount; ++i) write_row(w, kHeapStatInfo[i], heap[i], json, false, width);
+  uint64_t held[kHeldCount];
+  held_rows(global, heap, held);
   if (json) {
-    w.put("},\"options\":{");
+    w.put("},\"held\":{");
+  } else {
+    w.put(" where the held bytes are (active + retained + lazy + metadata):\n");
+  }
+  for (unsigned i = 0; i < kHeldCount; ++i) {
+    write_row(w, StatInfo{kHeldInfo[i].name, true, kHeldInfo[i].doc}, held[i], json, i == 0, width);
+  }
+  const unsigned shown = nheaps < 64 ? nheaps : 64;
+  if (json) {
+    w.put("},\"heap_cache_bytes\":[");
+    for (unsigned i = 0; i < shown; ++i) {
+      if (i) w.put(',');
+      w.put_u64(heap_cache[i]);
+    }
+    w.put(']');
+  } else if (shown) {
+    w.put(" thread caches per heap (bytes, newest heap first):\n  ");
+    for (unsigned i = 0; i < shown; ++i) {
+      w.put(' ');
+      w.put_u64(heap_cache[i]);
+    }
+    if (nheaps > shown) w.put(" ...");
+    w.put('\n');
+  }
+  if (json) {
+    w.put(",\"options\":{");
     options_write(w, true, width);
     w.put("}}\n");
   } else {

@@ -28,6 +28,10 @@ class Writer;
   X(clean_bytes, gauge, "free bytes that read as zero: never touched, or MADV_DONTNEED")         \
   X(metadata_bytes, gauge, "bytes mapped for allocator metadata (slot, span and heap records)")  \
   X(small_spans, gauge, "live small-object spans")                                               \
+  X(small_span_bytes, gauge, "bytes of live small-object spans (part of active_bytes): objects in " \
+    "use, objects in thread caches, and free objects (listed, dormant or never carved)")            \
+  X(orphan_return_bytes, counter, "bytes of small objects returned to their spans by threads "     \
+    "without a heap (exiting or exited threads; a heap counts its own in span_returned_bytes)")   \
   X(large_blocks, gauge, "live large blocks (unit runs)")                                        \
   X(huge_blocks, gauge, "live huge blocks (slot runs)")                                          \
   X(huge_bytes, gauge, "bytes in live huge blocks")                                              \
@@ -110,6 +114,17 @@ class Writer;
   X(idle_spans_released, counter, "empty small spans those collections gave back to the backend") \
   X(idle_cache_bytes, counter, "bytes of cached frees those collections took from the quiet threads' " \
     "caches back to their spans (bins_take_idle)")                                                \
+  X(span_page_purges, counter, "4 KiB pages inside small spans purged because they held only free " \
+    "objects and their heap's thread had been quiet for partial_decay_ms (the spans stay active)") \
+  X(span_page_purge_bytes, counter, "bytes of those pages")                                       \
+  X(span_purged_bytes, gauge, "bytes of pages inside live small spans purged and not revived since " \
+    "(part of active_bytes; their free objects are dormant)")                                       \
+  X(span_page_revivals, counter, "purged pages inside small spans revived: their dormant objects " \
+    "listed again (the page's refault)")                                                            \
+  X(span_refaults, counter, "spans revived sooner than their delay after their purge (each doubles " \
+    "that span's delay: hysteresis)")                                                               \
+  X(span_purges_suppressed, counter, "spans a pass over a quiet heap did not purge because "       \
+    "hysteresis had lengthened their delay")                                                        \
   X(discardable_blocks, gauge, "live discardable blocks (lazymalloc_discardable_alloc)")          \
   X(discardable_bytes, gauge, "bytes of live discardable blocks (page-rounded), in any state")    \
   X(discardable_locked_bytes, gauge, "bytes of locked discardable blocks (computed when the "     \
@@ -123,6 +138,11 @@ class Writer;
 
 #define LAZYMALLOC_HEAP_STATS(X)                                                                 \
   X(span_refills, counter, "refills of a thread's cache of a size class from its spans (new or reused span)") \
+  X(cache_bytes, gauge, "bytes of free objects in the heap's thread's caches (bins), as each class's " \
+    "cache stood at its last refill or flush (the fast paths do not update it)")                  \
+  X(span_taken_bytes, counter, "bytes of small objects taken from the heap's spans (to a cache or a caller)") \
+  X(span_returned_bytes, counter, "bytes of small objects the heap's thread returned to spans "  \
+    "(its own or other heaps')")                                                                 \
   X(cache_flushes, counter, "times a thread's cache of a size class overflowed and returned objects to their spans") \
   X(cache_idle_takes, counter, "times the background thread took this quiet heap's thread's cached frees of a size class back to their spans") \
   X(cache_idle_flushes, counter, "times a thread's cache of a size class, unchanged for 256 of the thread's refills and overflows, went back to its spans") \
@@ -170,6 +190,8 @@ struct HeapStats {
     auto& c = v[unsigned(s)];
     c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
   }
+  // Gauges: n may be a difference modulo 2^64 (the sum stays exact).
+  void add(HeapStat s, uint64_t n) { inc(s, n); }
 };
 
 struct StatInfo {
@@ -183,6 +205,38 @@ extern const StatInfo kHeapStatInfo[kHeapStatCount];
 // Finds a statistic by name: returns true and sets *heap_stat and *index.
 bool stat_find(const char* name, bool* heap_stat, unsigned* index);
 
+// Where the bytes the allocator holds are (active + retained + lazy +
+// metadata), derived from the statistics; declared once, printed after them
+// (text) or as "held" (JSON).  X(name, doc)
+#define LAZYMALLOC_HELD_ROWS(X)                                                                   \
+  X(small_in_use, "small objects handed out and not freed (small_span_bytes less the two rows "  \
+    "below; includes secure mode's quarantine)")                                                 \
+  X(thread_caches, "free small objects in threads' caches (cache_bytes summed over heaps)")     \
+  X(small_span_free, "free bytes inside small spans: listed, dormant, pending remote frees and " \
+    "never carved")                                                                              \
+  X(small_span_purged, "of small_span_free, pages purged inside spans (span_purged_bytes)")     \
+  X(large_blocks, "large and huge blocks in use, discardable ones included (active_bytes less "  \
+    "small_span_bytes and the row below)")                                                       \
+  X(large_cached, "freed large blocks in threads' caches (large_cache_bytes)")                  \
+  X(retained, "free and resident, in the backend (retained_bytes)")                             \
+  X(lazy, "free, given with MADV_FREE, resident until the kernel takes it (lazy_bytes)")        \
+  X(metadata, "allocator metadata (metadata_bytes)")
+
+enum class Held : unsigned {
+#define LM_HELD_ENUM(name, doc) name,
+  LAZYMALLOC_HELD_ROWS(LM_HELD_ENUM)
+#undef LM_HELD_ENUM
+  kCount
+};
+inline constexpr unsigned kHeldCount = unsigned(Held::kCount);
+struct HeldInfo {
+  const char* name;
+  const char* doc;
+};
+extern const HeldInfo kHeldInfo[kHeldCount];
+// The rows from the statistics (global: kStatCount values, heap: the sums).
+void held_rows(const uint64_t* global, const uint64_t* heap, uint64_t* out);
+
 // The process a report describes: printed first in every report, so that
 // reports of several processes (a shell script's children) can be told apart.
 struct StatsOrigin {
@@ -192,11 +246,15 @@ struct StatsOrigin {
 };
 
 // Writes all statistics: `global` has kStatCount values, `heap` the sums of
-// kHeapStatCount per-heap values.  Text is a table with descriptions after a
-// line naming the origin; JSON is one object {"pid":..,"program":..,"time":..,
-// "version":..,"stats":{..},"options":{..}}, the time as ISO 8601 UTC with
-// milliseconds ("2026-11-30T22:36:41.123Z").
-void stats_write(Writer& w, const StatsOrigin& origin, const uint64_t* global, const uint64_t* heap, bool json);
+// kHeapStatCount per-heap values, then where the held bytes are, then the
+// bytes in each heap's thread caches (`heap_cache`, `nheaps` of them: at
+// most 64 printed).  Text is a table with descriptions after a line naming
+// the origin; JSON is one object {"pid":..,"program":..,"time":..,
+// "version":..,"stats":{..},"held":{..},"heap_cache_bytes":[..],
+// "options":{..}}, the time as ISO 8601 UTC with milliseconds
+// ("2026-11-30T22:36:41.123Z").
+void stats_write(Writer& w, const StatsOrigin& origin, const uint64_t* global, const uint64_t* heap, bool json,
+                 const uint64_t* heap_cache = nullptr, unsigned nheaps = 0);
 
 // The path of LAZYMALLOC_STATS_FILE for `origin`: `%p` becomes the pid, `%e`
 // the program name (a '/' in it becomes '_'), `%%` a '%'; any other '%'

@@ -25,12 +25,21 @@ inline uint32_t bin_count(const Bin& bin, unsigned c) {
 inline constexpr uint32_t kBinGcEvents = 256;
 __attribute__((tls_model("initial-exec"))) thread_local uint64_t tl_bin_seen[kSmallClasses];
 __attribute__((tls_model("initial-exec"))) thread_local uint32_t tl_bin_events;
+// Bytes of each bin last published in the heap's cache_bytes.
+__attribute__((tls_model("initial-exec"))) thread_local uint32_t tl_bin_bytes[kSmallClasses];
 
 inline uint64_t bin_fingerprint(const Bin& b) {
   return reinterpret_cast<uintptr_t>(b.top) ^ (reinterpret_cast<uintptr_t>(b.ftop) << 1);
 }
 
 }  // namespace
+
+void bin_published(Heap* h, unsigned c) {
+  if (h == &g_empty_heap) return;
+  uint32_t bytes = bin_count(tl_bins[c], c) * uint32_t(class_size(c));
+  h->stats.add(HeapStat::cache_bytes, uint64_t(bytes) - tl_bin_bytes[c]);
+  tl_bin_bytes[c] = bytes;
+}
 
 // Fills bin c's empty allocation stack from the head of span s's
 // allocation list, up to its capacity (not in secure mode: its bins have
@@ -66,6 +75,7 @@ void bins_enable(Heap* h) {
   }
   h->thread_bins = tl_bins;
   h->thread_fbase = tl_bin_fbase;
+  h->thread_bin_bytes = tl_bin_bytes;
 }
 
 // REQUIRES h held.  The bins' free stacks moved down to the start of
@@ -99,13 +109,17 @@ static bool bin_flush_held(Heap* h, unsigned c, uint32_t keep) {
   if (keep > in_free) keep = in_free;
   uint32_t from_alloc = uint32_t(bin.top - bin.base);
   uint32_t n = from_alloc + in_free - keep;
-  if (n == 0) return false;
+  if (n == 0) {
+    bin_published(h, c);
+    return false;
+  }
   Block* out[2 * kBinCapMax];
   memcpy(out, bin.base, from_alloc * sizeof(Block*));
   memcpy(out + from_alloc, fbase, (in_free - keep) * sizeof(Block*));
   memmove(fbase, bin.ftop - keep, keep * sizeof(Block*));
   bin.top = bin.base;
   bin.ftop = fbase + keep;
+  bin_published(h, c);
   return return_objects_held(h, out, n);
 }
 
@@ -154,6 +168,7 @@ void bins_return_all(Heap* h, bool disable) {
     if (disable && h != &g_empty_heap) {
       h->thread_bins = nullptr;
       h->thread_fbase = nullptr;
+      h->thread_bin_bytes = nullptr;
     }
   }
   if (pending) heap_work_arrived();
@@ -183,6 +198,13 @@ bool bins_take_idle(Heap* h, uint64_t* bytes) {
     memcpy(out, fbase, n * sizeof(Block*));
     __atomic_store_n(&fbases[c], ftop, __ATOMIC_RELAXED);
     h->bins_taken = true;
+    // The heap's published cache bytes, and the thread's record of what it
+    // published (bin_published adds the difference), lose what was taken.
+    uint32_t taken = n * uint32_t(class_size(c));
+    uint32_t* published = &h->thread_bin_bytes[c];
+    if (taken > *published) taken = *published;
+    *published -= taken;
+    h->stats.add(HeapStat::cache_bytes, uint64_t(0) - taken);  // (the collector holds the heap)
     *bytes += uint64_t(n) * class_size(c);
     heap_count(h, HeapStat::cache_idle_takes);
     pending |= return_objects_held(h, out, n);

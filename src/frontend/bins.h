@@ -123,6 +123,19 @@ LM_INLINE Block* bin_pop(Bin& bin) {
   return b;
 }
 
+LM_NOINLINE void bin_overflow(Span* s, void* p);
+
+// Caches free object p (tagged) of small span s on this thread's bin of
+// its class, whichever heap owns the span (the free fast path), or
+// overflows.
+LM_INLINE void bin_push(Span* s, void* p) {
+  Bin& bin = tl_bins[s->cls];
+  Block** t = bin.ftop;
+  if (LM_UNLIKELY(t == bin.flimit)) return bin_overflow(s, p);
+  *t = static_cast<Block*>(p);
+  publish_ftop(bin, t + 1);
+}
+
 // The slow paths (bins.cc).
 void free_stacks_to_start(Heap* h);
 
@@ -148,9 +161,11 @@ void bin_flush(Heap* h, unsigned c, uint32_t keep);
 // heap got work.
 bool bins_take_idle(Heap* h, uint64_t* bytes);
 void bin_event(Heap* h);
+// Publishes the bytes bin c holds now in heap h's cache_bytes (slow paths
+// only: the fast paths never count).
+void bin_published(Heap* h, unsigned c);
 void bins_enable(Heap* h);
 void bins_return_all(Heap* h, bool disable);
-LM_NOINLINE void bin_overflow(Span* s, void* p);
 
 }  // namespace lazymalloc::detail
 

@@ -21,12 +21,24 @@ uint64_t g_link_key = 0;
 LM_FAILURE_PATH
 Block* take_failed(const Block* b) { corrupt_list(b); }
 
+LM_FAILURE_PATH
+void check_above_limit(const char* fn, const Span* s, size_t i, void* p) {
+  if (i >= __atomic_load_n(&s->reserved, __ATOMIC_RELAXED)) {
+    lm_invalid_pointer(fn, p, "not allocated (never handed out)");
+  }
+  // A dormant object is free: its tag may have gone with its page.
+  if (span_dormant(s, i)) lm_invalid_pointer(fn, p, "double free (already freed)");
+}
+
 // The failure path of lm_free's small-object tests (a tail call): says what
-// was wrong and aborts.
+// was wrong and aborts, or, for a live object at or above the span's
+// check_limit (lowered while the span has dormant objects), completes the
+// free as lm_free would have.
 LM_FAILURE_PATH
 void free_failed(Span* s, void* p) {
   check_live("free", s, object_index("free", s, p), p);
-  lm_invalid_pointer("free", p, "failed a check");  // not reached
+  set_free_tag(p);  // tagged before cached
+  bin_push(s, p);
 }
 
 // Reports a pointer in no span.

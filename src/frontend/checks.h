@@ -113,19 +113,33 @@ LM_INLINE Block* take(Span* s, Block* b) {
   return b;
 }
 
+// True if object i of small span s is dormant: free, off the span's lists,
+// its first byte in a purged page group (span_purge.cc), where its tag may
+// be gone.  Relaxed loads: the bits change while the heap is held.
+inline bool span_dormant(const Span* s, size_t i) {
+  size_t group = (i * s->obj_size / kOsPageSize) >> s->purge_group_shift;
+  return group < kSpanPurgeBits &&
+         (__atomic_load_n(&s->purged[group / 64], __ATOMIC_RELAXED) >> (group % 64)) & 1;
+}
+
+// The precise test of an object at or above the span's check_limit
+// (checks.cc): aborts if it was never carved or is dormant.
+LM_FAILURE_PATH void check_above_limit(const char* fn, const Span* s, size_t i, void* p);
+
 // Aborts unless object i, at p, of small span s may be freed (or
-// reallocated): it must have been carved and must not carry its tag.
+// reallocated): it must have been carved, must not be dormant and must not
+// carry its tag.  Below check_limit the first two hold.
 inline void check_live(const char* fn, const Span* s, size_t i, void* p) {
   if constexpr (kChecks) {
-    if (i >= __atomic_load_n(&s->reserved, __ATOMIC_RELAXED)) {
-      lm_invalid_pointer(fn, p, "not allocated (never handed out)");
-    }
+    if (LM_UNLIKELY(i >= __atomic_load_n(&s->check_limit, __ATOMIC_RELAXED))) check_above_limit(fn, s, i, p);
     if (LM_UNLIKELY(has_free_tag(p))) lm_invalid_pointer(fn, p, "double free (already freed)");
   }
 }
 
 // The failure paths of lm_free and lm_realloc (checks.cc): tail calls that
-// say what was wrong and abort.
+// say what was wrong and abort.  free_failed tests precisely and completes
+// the free of a live object that lies at or above check_limit (a span with
+// purged pages).
 LM_FAILURE_PATH void free_failed(Span* s, void* p);
 LM_FAILURE_PATH Span* unknown_pointer(const char* fn, const void* p);
 LM_FAILURE_PATH void free_unknown(const void* p);

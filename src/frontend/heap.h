@@ -68,11 +68,14 @@ inline constexpr size_t kBinSlots = bin_slot_offset(kSmallClasses);
 // holds at most this many, and at most option large_cache bytes.
 inline constexpr uint32_t kLargeCacheSlots = 8;
 
+inline constexpr uint64_t kBackgroundAfterBytes = uint64_t(1) << 20;
+
 // Exclusion: a heap's spans (queues, the full list, each span's lists and
 // `used`) belong to its thread while it is in a slow path (refills, cache
 // flushes, collection: `busy`), or to a collector that claimed the heap
 // (`claimed`: the background thread taking back a quiet or exited thread's
-// remote frees and empty spans, lm_collect_idle_heaps; fork).  An
+// remote frees and empty spans and purging the free pages inside its spans,
+// lm_collect_idle_heaps; fork).  An
 // asymmetric Dekker handshake (HeapGuard and heaps_claim,
 // frontend/internal.h): the thread only stores `busy` and loads `claimed`,
 // no atomic read-modify-write and no fence, because the collector, which
@@ -91,9 +94,19 @@ struct Heap {
   uint64_t idle_seen_events = 0;    // background thread only
   uint64_t idle_seen_ns = 0;        // background thread only: when slow_events last changed
   bool idle_collected = false;      // background thread only: collected in this idle episode
+  // Background thread only: how long the heap must have been quiet for the
+  // next pass over its spans' free pages (span_purge.cc): 0 for the first
+  // pass of an idle episode (the collector's span_idle_ns), ~0 for none.
+  uint64_t span_purge_wait = 0;
   // Another thread returned objects to one of this heap's spans since the
   // last collection (remote_push): an idle heap is collected again.
   std::atomic<bool> remote_pending{false};
+  // Bytes of objects returned to this heap's own spans since the collector
+  // was last told (REQUIRES busy or claimed): every kBackgroundAfterBytes
+  // the background collector is made due (heap_work_arrived), so that the
+  // free pages inside the spans (span_purge.cc) of a program that frees most
+  // of its objects but empties no span go back.
+  uint64_t returned_bytes = 0;
   SpanQueue queue[kSmallClasses] = {};
   Span* head_ref[kSmallClasses] = {};  // holds a phantom object (queue_changed)
   Span* full = nullptr;             // spans with no free object (doubly linked)
@@ -115,6 +128,7 @@ struct Heap {
   // Written with the heap held.
   detail::Bin* thread_bins = nullptr;
   Block*** thread_fbase = nullptr;
+  uint32_t* thread_bin_bytes = nullptr;  // its tl_bin_bytes (bins.cc, bin_published)
   bool bins_taken = false;  // REQUIRES busy or claimed: bins_take_idle moved an fbase up
   // Freed large blocks kept for the thread's next large mallocs, most recent
   // last (large.cc).  REQUIRES busy or claimed.
@@ -141,9 +155,15 @@ bool lm_set_limits(uint64_t soft, uint64_t hard);  // false if out of range
 void lm_thread_collect();
 // Background thread (and tests): returns the remote frees and empty spans
 // of heaps whose thread has made no refill or flush for `idle_ns`, or has
-// exited, to the backend.  Returns the spans released; *next_due (if
-// given) gets when a heap will next be due (~0: none has anything to give).
-size_t lm_collect_idle_heaps(uint64_t now_ns, uint64_t idle_ns, uint64_t* next_due = nullptr);
+// exited, to the backend; of those quiet for `span_idle_ns` (kNoSpanPurge:
+// never) it also purges the whole pages of their spans that hold only free
+// objects (span_purge.cc), each span waiting span_idle_ns << its
+// hysteresis shift until `hysteresis_until` (0: no hysteresis).  Returns
+// the spans released; *next_due (if given) gets when a heap will next be
+// due (~0: none has anything to give).
+inline constexpr uint64_t kNoSpanPurge = ~uint64_t(0);
+size_t lm_collect_idle_heaps(uint64_t now_ns, uint64_t idle_ns, uint64_t* next_due = nullptr,
+                             uint64_t span_idle_ns = kNoSpanPurge, uint64_t hysteresis_until = 0);
 void lm_memory_state(uint64_t out[5]);
 size_t lm_stats_write(char* buf, size_t len, bool json);
 void lm_stats_print(bool json, int fd = 2);

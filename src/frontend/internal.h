@@ -9,6 +9,7 @@
 //   checks.{h,cc} free tags, link encoding, misuse checks, failure paths
 //   bins.{h,cc}   thread caches and the class table of the fast path
 //   spans.cc      span queues, remote frees, refills, returns to spans
+//   span_purge.cc free pages inside spans: purge, dormant objects, revival
 //   large.cc      large and huge blocks, giving spans back
 //   quarantine.cc secure mode's quarantine
 //   runtime.cc    this file's globals, init, fork, thread exit, heap pool,
@@ -62,6 +63,9 @@ struct Global {
   Heap* all_heaps = nullptr;
   Heap* pool = nullptr;
   std::atomic<int> init_state{0};  // 0 none, 1 running, 2 done
+  // The collector's last span_idle_ns (0: none yet): in-span purging's
+  // hysteresis (span_purge.cc) measures revivals against it.
+  std::atomic<uint64_t> span_delay_ns{0};
 };
 extern constinit Global g;
 extern int g_stats_fd;
@@ -164,6 +168,44 @@ void return_object(Heap* h, Span* s, void* p);
 bool return_objects_held(Heap* h, Block* const* v, uint32_t n);
 // Another heap's owner may stay quiet: the background collector is due.
 void heap_work_arrived();
+// The most objects link_objects lists at once: a carve (16 KiB) or a
+// revived page group (at most 16 KiB: span_purge.cc) of 16-byte objects.
+inline constexpr uint32_t kMaxLinkBatch = 16384 / 16;
+// Lists objects first..first+n-1 (n <= kMaxLinkBatch) of span s (tagged; in a random order in
+// secure mode) onto its allocation list.  REQUIRES the heap held.
+void link_objects(Span* s, uint32_t first, uint32_t n);
+
+// ---- free pages inside spans (span_purge.cc)
+
+// Sets s->check_limit from `reserved` and the purged page groups.
+void span_set_check_limit(Span* s);
+// A new span: nothing purged; the group size for its page count.
+void span_purge_init(Span* s);
+// Span s leaves its heap (empty): forgets its purged groups (statistics).
+void span_purge_forget(Span* s);
+// Revives s's lowest purged page group: lists its dormant objects on the
+// empty allocation list.  REQUIRES the heap held; s->purged not empty.
+void span_revive(Span* s);
+// Objects v[0..n) of span s were taken from its lists to be handed out:
+// the purged groups they overlap are revived (they are about to be
+// written), so that a purged group never holds a handed-out object's bytes.
+// REQUIRES the heap held.
+void span_objects_taken(Span* s, Block* const* v, uint32_t n);
+inline bool span_has_purged(const Span* s) { return (s->purged[0] | s->purged[1]) != 0; }
+// One pass over heap h's spans, whose thread has been quiet for
+// `quiet_ns`: purges the page groups that hold only free objects, except in
+// spans whose hysteresis asks for more quiet time while now_ns <
+// hysteresis_until.  REQUIRES h claimed by the collector (heaps_claim);
+// advises a batch at a time and returns false if it stopped because the
+// heap's thread woke and waits for it.  *next_wait: the quiet time a span
+// skipped for hysteresis needs (kNoDeadline: none).
+struct SpanPurgeArgs {
+  uint64_t now_ns;
+  uint64_t quiet_ns;
+  uint64_t delay_ns;  // span_idle_ns
+  uint64_t hysteresis_until;
+};
+bool heap_purge_spans(Heap* h, const SpanPurgeArgs& args, uint64_t* next_wait);
 
 // ---- large and huge blocks (large.cc)
 

@@ -84,19 +84,14 @@ void lm_free(void* p) {
     if constexpr (kChecks) {
       // A carved object that does not carry its tag (separate branches:
       // cheaper than combining the tests).
-      if (LM_UNLIKELY(pos.index >= __atomic_load_n(&s->reserved, __ATOMIC_RELAXED))) return free_failed(s, p);
+      // check_limit: carved, and not in a purged page (span_purge.cc).
+      if (LM_UNLIKELY(pos.index >= __atomic_load_n(&s->check_limit, __ATOMIC_RELAXED))) return free_failed(s, p);
       uintptr_t tag = free_tag(p);
       if (LM_UNLIKELY(tag_word(p) == tag)) return free_failed(s, p);
       tag_word(p) = tag;
       std::atomic_signal_fence(std::memory_order_seq_cst);  // tagged before cached
     }
-    // Onto this thread's bin, whichever heap owns the span.
-    Bin& bin = tl_bins[s->cls];
-    Block** t = bin.ftop;
-    if (LM_UNLIKELY(t == bin.flimit)) return bin_overflow(s, p);
-    *t = static_cast<Block*>(p);
-    publish_ftop(bin, t + 1);
-    return;
+    return bin_push(s, p);
   }
   free_generic(s, p);
 }

@@ -188,9 +188,9 @@ void lm_init() {
   g.releaser.init(&g.backend, &g.purger, g_platform, &g.stats, unsigned(pal::cpu_count()));
   g.discard.init(&g.backend, g_platform, &g.stats);
   g.purger.attach(&g.discard);
-  g.purger.set_heap_collector([](uint64_t now, uint64_t idle_ns) {
+  g.purger.set_heap_collector([](uint64_t now, uint64_t idle_ns, uint64_t span_idle_ns, uint64_t until) {
     uint64_t due;
-    lm_collect_idle_heaps(now, idle_ns, &due);
+    lm_collect_idle_heaps(now, idle_ns, &due, span_idle_ns, until);
     return due;
   });
   g.backend.set_hard_limit(uint64_t(option(Opt::memory_limit_hard)));
@@ -212,11 +212,31 @@ void lm_thread_collect() {
   heap_collect(h);
 }
 
-size_t lm_collect_idle_heaps(uint64_t now, uint64_t idle_ns, uint64_t* next_due) {
+namespace {
+
+// When idle heap h's next pass over the free pages inside its spans is due
+// (kNoDeadline: none): span_idle_ns after it went quiet, or the longer wait
+// its spans' hysteresis asked for (span_purge_wait), which ends when the
+// process turns idle (hysteresis_until).
+uint64_t span_purge_due(const Heap* h, uint64_t span_idle_ns, uint64_t hysteresis_until) {
+  if (span_idle_ns == kNoSpanPurge || h->span_purge_wait == kNoDeadline) return kNoDeadline;
+  uint64_t plain = h->idle_seen_ns + span_idle_ns;
+  if (h->span_purge_wait <= span_idle_ns) return plain;
+  uint64_t longer = h->idle_seen_ns + h->span_purge_wait;
+  uint64_t idle = hysteresis_until > plain ? hysteresis_until : plain;
+  return longer < idle ? longer : idle;
+}
+
+}  // namespace
+
+size_t lm_collect_idle_heaps(uint64_t now, uint64_t idle_ns, uint64_t* next_due, uint64_t span_idle_ns,
+                             uint64_t hysteresis_until) {
   uint64_t due = kNoDeadline;
   if (next_due) *next_due = due;
   if (g.init_state.load(std::memory_order_acquire) != 2) return 0;
   LockGuard collecting(g.collect_lock);
+  // Revivals measure their hysteresis against it (span_purge.cc).
+  if (span_idle_ns != kNoSpanPurge) g.span_delay_ns.store(span_idle_ns, std::memory_order_relaxed);
   // Heaps are never freed and new ones are pushed at the head, so the list
   // from the head read here can be walked without heaps_lock.
   Heap* h;
@@ -233,18 +253,29 @@ size_t lm_collect_idle_heaps(uint64_t now, uint64_t idle_ns, uint64_t* next_due)
     unsigned n = 0;
     for (; h && n < 64; h = h->next_all) {
       uint64_t events = __atomic_load_n(&h->slow_events, __ATOMIC_RELAXED);
-      if (events != h->idle_seen_events || h->idle_seen_ns == 0) {
-        // Busy since the last look: collected once it has been quiet.
+      if (events != h->idle_seen_events || h->idle_seen_ns == 0 || now < h->idle_seen_ns) {
+        // Busy since the last look (or a clock behind the last look's: a
+        // test's): collected once it has been quiet.
         h->idle_seen_events = events;
         h->idle_seen_ns = now ? now : 1;
         h->idle_collected = false;
+        h->span_purge_wait = 0;
         due_at(now + idle_ns);
         continue;
       }
-      if (h->idle_collected && !h->remote_pending.load(std::memory_order_relaxed)) continue;
-      if (now - h->idle_seen_ns < idle_ns) {
-        due_at(h->idle_seen_ns + idle_ns);
-        continue;
+      if (!h->idle_collected || h->remote_pending.load(std::memory_order_relaxed)) {
+        // Remote frees and empty spans (then the free pages inside spans).
+        if (now - h->idle_seen_ns < idle_ns) {
+          due_at(h->idle_seen_ns + idle_ns);
+          continue;
+        }
+      } else {
+        // Collected: only the free pages inside its spans may be left.
+        uint64_t pages = span_purge_due(h, span_idle_ns, hysteresis_until);
+        if (pages > now) {
+          due_at(pages);
+          continue;
+        }
       }
       batch[n++] = h;
     }
@@ -252,18 +283,54 @@ size_t lm_collect_idle_heaps(uint64_t now, uint64_t idle_ns, uint64_t* next_due)
     // A heap whose thread is in a slow path is not idle: looked at again later.
     unsigned held = heaps_claim(batch, n);
     if (held < n) due_at(now + idle_ns);
+    // Collections first, each heap let go at once: quick.
+    Heap* passes[64];
+    unsigned np = 0;
     for (unsigned i = 0; i < held; ++i) {
       Heap* d = batch[i];
-      uint64_t before = d->stats.v[unsigned(HeapStat::spans_released)].load(std::memory_order_relaxed);
       {
         HeapGuard guard(d, HeapGuard::kClaimed);
-        d->remote_pending.store(false, std::memory_order_relaxed);
-        pending |= bins_take_idle(d, &cache_bytes);
-        heap_collect(d);
-        released += d->stats.v[unsigned(HeapStat::spans_released)].load(std::memory_order_relaxed) - before;
+        if (!d->idle_collected || d->remote_pending.load(std::memory_order_relaxed)) {
+          uint64_t before = d->stats.v[unsigned(HeapStat::spans_released)].load(std::memory_order_relaxed);
+          d->remote_pending.store(false, std::memory_order_relaxed);
+          pending |= bins_take_idle(d, &cache_bytes);
+          heap_collect(d);
+          released += d->stats.v[unsigned(HeapStat::spans_released)].load(std::memory_order_relaxed) - before;
+          d->idle_collected = true;
+          // Objects came back: their pages are worth a pass again.
+          d->span_purge_wait = 0;
+          g.stats.add(Stat::idle_heap_collections, 1);
+        }
       }
-      d->idle_collected = true;
-      g.stats.add(Stat::idle_heap_collections, 1);
+      uint64_t pages = span_purge_due(d, span_idle_ns, hysteresis_until);
+      if (pages <= now) {
+        passes[np++] = d;
+      } else {
+        due_at(pages);
+      }
+    }
+    // Then the passes over free pages inside spans, which advise and may
+    // take a while: each heap claimed alone, so that no other heap's thread
+    // waits for one (a second process barrier, once per quiet episode).
+    for (unsigned i = 0; i < np; ++i) {
+      Heap* d = passes[i];
+      if (heaps_claim(&d, 1) == 0) {
+        due_at(now + idle_ns);  // its thread is in a slow path
+        continue;
+      }
+      HeapGuard guard(d, HeapGuard::kClaimed);
+      if (__atomic_load_n(&d->slow_events, __ATOMIC_RELAXED) != d->idle_seen_events) {
+        due_at(now + idle_ns);  // it ran since the collection: not idle
+        continue;
+      }
+      uint64_t next_wait;
+      SpanPurgeArgs args{now, now - d->idle_seen_ns, span_idle_ns, hysteresis_until};
+      if (heap_purge_spans(d, args, &next_wait)) {
+        d->span_purge_wait = next_wait;
+        due_at(span_purge_due(d, span_idle_ns, hysteresis_until));
+      } else {
+        due_at(now + idle_ns);  // its thread woke: looked at again
+      }
     }
   }
   g.stats.add(Stat::idle_spans_released, released);
@@ -319,14 +386,22 @@ void lm_memory_state(uint64_t out[5]) {
 }
 
 namespace {
-void snapshot(uint64_t* global, uint64_t* heap) {
+// The statistics now; `heap_cache` (if given) gets each heap's cache_bytes,
+// newest heap first, at most kMaxHeapsShown (*nheaps: how many heaps).
+constexpr unsigned kMaxHeapsShown = 64;
+void snapshot(uint64_t* global, uint64_t* heap, uint64_t* heap_cache = nullptr, unsigned* nheaps = nullptr) {
   g.discard.refresh_stats();
   for (unsigned i = 0; i < kStatCount; ++i) global[i] = g.stats.v[i].load(std::memory_order_relaxed);
   for (unsigned i = 0; i < kHeapStatCount; ++i) heap[i] = 0;
   LockGuard guard(g.heaps_lock);
-  for (Heap* h = g.all_heaps; h; h = h->next_all) {
+  unsigned n = 0;
+  for (Heap* h = g.all_heaps; h; h = h->next_all, ++n) {
     for (unsigned i = 0; i < kHeapStatCount; ++i) heap[i] += h->stats.v[i].load(std::memory_order_relaxed);
+    if (heap_cache && n < kMaxHeapsShown) {
+      heap_cache[n] = h->stats.v[unsigned(HeapStat::cache_bytes)].load(std::memory_order_relaxed);
+    }
   }
+  if (nheaps) *nheaps = n;
 }
 
 // The origin of a report: this process, now.  `name` receives the program
@@ -343,10 +418,11 @@ StatsOrigin origin_now(char* name, size_t len) {
 
 size_t render_stats(char* buf, size_t len, bool json, const StatsOrigin& origin) {
   lm_init();
-  uint64_t global[kStatCount], heap[kHeapStatCount];
-  snapshot(global, heap);
+  uint64_t global[kStatCount], heap[kHeapStatCount], heap_cache[kMaxHeapsShown];
+  unsigned nheaps = 0;
+  snapshot(global, heap, heap_cache, &nheaps);
   Writer w(buf, len);
-  stats_write(w, origin, global, heap, json);
+  stats_write(w, origin, global, heap, json, heap_cache, nheaps);
   return w.finish();
 }
 

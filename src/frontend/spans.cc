@@ -103,8 +103,10 @@ void full_remove(Heap* h, Span* s) {
 // Unlinks empty span s of heap h for the backend (HeapGuard gives it back
 // once the heap is let go).  REQUIRES h held (HeapGuard).
 void span_release(Heap* h, Span* s) {
+  span_purge_forget(s);
   h->stats.inc(HeapStat::spans_released);
   g.stats.sub(Stat::small_spans, 1);
+  g.stats.sub(Stat::small_span_bytes, s->bytes);
   s->heap = nullptr;
   s->next = h->to_release;
   h->to_release = s;
@@ -173,19 +175,15 @@ void collect_remote(Span* s) {
   s->free = list;
 }
 
-// Carves never-used objects from the span's tail, a few pages at a time so
-// memory is touched only as it is needed.
-void carve(Span* s) {
-  uint32_t left = s->capacity - s->reserved;
-  uint32_t n = uint32_t(16384 / s->obj_size);
-  if (n < 1) n = 1;
-  if (n > left) n = left;
-  char* p = s->start + size_t(s->reserved) * s->obj_size;
+}  // namespace
+
+void link_objects(Span* s, uint32_t first, uint32_t n) {
+  char* p = s->start + size_t(first) * s->obj_size;
   auto obj = [&](uint32_t i) { return reinterpret_cast<Block*>(p + size_t(i) * s->obj_size); };
   // link_set tags each object before the batch is listed (fork: see take).
   if (g_secure) {
     // Secure mode: the batch is linked in a random order (Fisher-Yates).
-    uint16_t order[16384 / 16];
+    uint16_t order[kMaxLinkBatch];
     Heap* h = s->heap;
     for (uint32_t i = 0; i < n; ++i) order[i] = uint16_t(i);
     for (uint32_t i = n; i > 1; --i) {
@@ -205,17 +203,33 @@ void carve(Span* s) {
     link_set(obj(n - 1), s->free);
     s->free = obj(0);
   }
-  // Atomic: remote frees read it (check_live).
-  __atomic_store_n(&s->reserved, s->reserved + n, __ATOMIC_RELAXED);
 }
 
-// Refills the allocation list from every source.  Owner only.
+namespace {
+
+// Carves never-used objects from the span's tail, a few pages at a time so
+// memory is touched only as it is needed.
+void carve(Span* s) {
+  uint32_t left = s->capacity - s->reserved;
+  uint32_t n = uint32_t(16384 / s->obj_size);
+  if (n < 1) n = 1;
+  if (n > left) n = left;
+  link_objects(s, s->reserved, n);
+  // Atomic: the failure paths of other threads' frees read it.
+  __atomic_store_n(&s->reserved, s->reserved + n, __ATOMIC_RELAXED);
+  span_set_check_limit(s);
+}
+
+// Refills the allocation list from every source: its own lists, remote
+// frees, purged pages (revived one group at a time: the page's refault),
+// then never-used objects.  REQUIRES the heap held (HeapGuard).
 void span_collect(Span* s) {
   if (!s->free && s->local_free) {
     s->free = s->local_free;
     s->local_free = nullptr;
   }
   if (!s->free) collect_remote(s);
+  while (!s->free && span_has_purged(s)) span_revive(s);
   if (!s->free && s->reserved < s->capacity) carve(s);
 }
 
@@ -240,12 +254,14 @@ Span* span_new(Heap* h, unsigned c) {
   Span* s = g.backend.alloc_units_span(kClasses.units[c]);
   if (!s) return nullptr;
   g.stats.add(Stat::small_spans, 1);
+  g.stats.add(Stat::small_span_bytes, s->bytes);
   s->kind = SpanKind::kSmall;
   s->cls = uint8_t(c);
   s->obj_size = uint32_t(class_size(c));
   s->div_magic = kClasses.magic[c];
   s->capacity = uint32_t(s->bytes / s->obj_size);
   s->reserved = 0;
+  span_purge_init(s);
   s->used = 0;
   s->free = s->local_free = nullptr;
   s->xfree.store(0, std::memory_order_relaxed);
@@ -315,14 +331,30 @@ bool remote_push(Heap* h, Span* s, Block* first, Block* last, uint32_t n) {
 // one.  Returns true if the owner has something for the collector now and
 // had nothing before (remote_push).
 bool return_run(Heap* h, Span* s, Block* first, Block* last, uint32_t n) {
+  if (LM_LIKELY(h != &g_empty_heap)) {
+    h->stats.inc(HeapStat::span_returned_bytes, uint64_t(n) * s->obj_size);
+  } else {
+    g.stats.add(Stat::orphan_return_bytes, uint64_t(n) * s->obj_size);
+  }
   if (s->heap == h) {
     link_set(last, s->local_free);
     s->local_free = first;
     s->used -= n;
+    h->returned_bytes += uint64_t(n) * s->obj_size;
     if (s->used == 0 || s->in_full) local_free_attention(h, s);
     return false;
   }
   return remote_push(h, s, first, last, n);
+}
+
+// True (once per kBackgroundAfterBytes) if heap h's own spans got that many
+// bytes back since the collector was last told: a program that frees most
+// of its objects may empty no span, and the free pages inside them go back
+// only through the collector (span_purge.cc).  REQUIRES h held.
+bool returned_enough(Heap* h) {
+  if (h->returned_bytes < kBackgroundAfterBytes) return false;
+  h->returned_bytes = 0;
+  return true;
 }
 
 
@@ -334,7 +366,12 @@ Block* refill(Heap* h, unsigned c, Bin& bin) {
   if (g_secure) {
     // Secure mode's fast path (its bins are always empty).
     Span* head = q.head;
-    if (head && head->free) return take(head, head->free);
+    if (head && head->free) {
+      Block* b = take(head, head->free);
+      span_objects_taken(head, &b, 1);
+      h->stats.inc(HeapStat::span_taken_bytes, head->obj_size);
+      return b;
+    }
   }
   h->stats.inc(HeapStat::span_refills);
   if (h->delayed.load(std::memory_order_relaxed)) process_delayed(h);
@@ -371,6 +408,11 @@ Block* refill(Heap* h, unsigned c, Bin& bin) {
   queue_changed(h, c);
   Block* b = take(s, s->free);
   bin_refill(bin, c, s);
+  h->stats.inc(HeapStat::span_taken_bytes, uint64_t(1 + (bin.top - bin.base)) * s->obj_size);
+  if (span_has_purged(s)) {
+    span_objects_taken(s, &b, 1);
+    if (bin.base) span_objects_taken(s, bin.base, uint32_t(bin.top - bin.base));
+  }
   return b;
 }
 
@@ -395,7 +437,10 @@ LM_NOINLINE void* alloc_class(Heap* h, unsigned c) {
     b = refill(h, c, bin);
   }
   // With the heap let go: an idle bin's flush holds it again.
-  if (b) bin_event(h);
+  if (b) {
+    bin_published(h, c);
+    bin_event(h);
+  }
   return b;
 }
 
@@ -427,6 +472,7 @@ void return_object(Heap* h, Span* s, void* p) {
   {
     HeapGuard guard(h);
     pending = return_run(h, s, b, b, 1);
+    pending |= returned_enough(h);
   }
   if (pending) heap_work_arrived();
 }
@@ -452,7 +498,7 @@ bool return_objects_held(Heap* h, Block* const* v, uint32_t n) {
     pending |= return_run(h, s, v[i], v[j - 1], j - i);
     i = j;
   }
-  return pending;
+  return pending | returned_enough(h);
 }
 
 }  // namespace lazymalloc::detail

@@ -318,7 +318,16 @@ uint64_t Purger::next_due(uint64_t now) {
 
 void Purger::tick(uint64_t now) {
   if (heap_collector_) {
-    heap_due_ns_.store(heap_collector_(now, uint64_t(option(Opt::decay_ms)) * kMs), std::memory_order_relaxed);
+    // Pages inside spans wait partial_decay_ms (a span that still holds
+    // live objects is like a partly used slot); eager purges them as soon
+    // as their heap is collected; never leaves them.  Hysteresis as decay's
+    // while the process is busy.
+    int64_t policy = option(Opt::purge);
+    PurgeSelect sel = decay_select(policy, now, backend_->last_activity_ns(), true);
+    uint64_t span_idle = policy == kPurgeNever ? kNever : sel.min_age_partial_ns;
+    uint64_t until = sel.hysteresis ? sel.idle_ns : 0;
+    heap_due_ns_.store(heap_collector_(now, uint64_t(option(Opt::decay_ms)) * kMs, span_idle, until),
+                       std::memory_order_relaxed);
   }
   uint64_t held = held_free();
   bool files = held && checks_wanted() &&

@@ -89,11 +89,16 @@ class Purger {
   }
   // The frontend's collector of idle heaps (frontend/heap.h,
   // lm_collect_idle_heaps): each tick, before decay, heaps whose thread has
-  // been quiet for decay_ms give their remote frees and empty spans back, so
-  // that decay can purge them.  It returns when it wants to run again
-  // (kNever: no heap has anything to give), a deadline of the background
-  // thread like the decay's.  The purger only schedules it.
-  using HeapCollector = uint64_t (*)(uint64_t now_ns, uint64_t idle_ns);
+  // been quiet for `idle_ns` (decay_ms) give their remote frees and empty
+  // spans back, so that decay can purge them; those quiet for
+  // `span_idle_ns` (partial_decay_ms; 0 under `eager`, kNever under
+  // `never`) also give back the free pages inside their spans, with the
+  // advice decay uses, under per-span hysteresis until `hysteresis_until`
+  // (when the process turns idle; 0: none).  It returns when it wants to run
+  // again (kNever: no heap has anything to give), a deadline of the
+  // background thread like the decay's.  The purger only schedules it.
+  using HeapCollector = uint64_t (*)(uint64_t now_ns, uint64_t idle_ns, uint64_t span_idle_ns,
+                                     uint64_t hysteresis_until);
   void set_heap_collector(HeapCollector fn) { heap_collector_ = fn; }
   // A thread returned objects to a heap with nothing pending (no lock
   // held): the collector is due within decay_ms of `now`; wakes the
@@ -164,6 +169,9 @@ class Purger {
   // the kernel takes it (remembered when it does not), else madvise per range.
   // 0 or an errno value; *calls gets the system calls made.
   int advise_ranges(const PurgeBatch* batch, Advice advice, unsigned* calls);
+  // The advice decay uses: MADV_DONTNEED with purge_advice=dontneed, or
+  // with `auto` inside a memory-limited cgroup; else MADV_FREE.
+  bool decay_uses_dontneed() const;
   // How a huge block freed now is treated (Backend::release_huge): the
   // RETAINED bytes it may stay within (huge_retain; 0 under the eager
   // policy, recent pressure or an exceeded soft limit; unlimited under
@@ -185,10 +193,6 @@ class Purger {
   // REQUIRES: lock_ held.  Advises every range of the batch, then settles it.
   // Returns false if the kernel refused any range (the batch stays RETAINED).
   bool advise_batch(PurgeBatch* batch, bool dontneed);
-  // Gives the kernel a batch's ranges: one process_madvise(2) where the
-  // kernel takes it, else (for good once it refuses the call) one madvise
-  // per range.  Returns 0 or an errno value; *calls gets the system calls.
-  bool decay_uses_dontneed() const;
   bool pressure_recent(uint64_t now) const;
   // Enforces Opt::discardable_limit.
   size_t discard_excess();

@@ -1,21 +1,27 @@
 // Small objects go back to the backend (issue #13): spans emptied by their
 // own thread, by other threads while their owner is quiet, and under
-// concurrent collection.  Over the real backend, through the lm_* entry
+// concurrent collection; the free pages inside spans of a quiet heap go
+// back too (in-span purging), and come back intact.  Over the real backend, through the lm_* entry
 // points (the test process's own malloc stays glibc's); the background
 // thread is off, so the collector runs only when a test calls it, with
 // clock values the test chooses.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
+#include <set>
 #include <thread>
+#include <tuple>
 #include <vector>
 
+#include "core/config.h"
 #include "core/options.h"
 #include "fixture.h"
 #include "frontend/heap.h"
+#include "json_parse.h"
 
 namespace lazymalloc {
 namespace {
@@ -23,6 +29,22 @@ namespace {
 const auto stat = test::lm_stat;
 
 constexpr uint64_t kSecond = 1000000000;
+
+// The real kernel with a manual clock (in-span purging's hysteresis reads
+// the platform's clock when a span revives its pages).
+std::atomic<uint64_t> g_clock{kSecond};
+Platform manual_clock_platform() {
+  Platform p = pal::linux_platform();
+  p.now_ns = [](void*) { return g_clock.load(); };
+  return p;
+}
+
+// The collector with in-span purging at `now` (the manual clock too):
+// `hysteresis` applies for ever, or not at all.
+size_t collect(uint64_t now, uint64_t idle, uint64_t span_idle, bool hysteresis) {
+  g_clock.store(now);
+  return lm_collect_idle_heaps(now, idle, nullptr, span_idle, hysteresis ? kNoDeadline : 0);
+}
 
 class SmallRelease : public ::testing::TestWithParam<size_t> {
  protected:
@@ -69,6 +91,10 @@ TEST_P(SmallRelease, FreeingEverythingReleasesTheSpans) {
 // before.
 TEST_P(SmallRelease, AnIdleOwnersRemoteFreesGoBackWithoutIt) {
   lm_thread_collect();
+  // Heaps left by earlier tests in this process (remote frees into exited
+  // threads' heaps) are collected first, so that only this test's count.
+  lm_collect_idle_heaps(500 * kSecond, 0);
+  lm_collect_idle_heaps(500 * kSecond, 0);
   const uint64_t spans0 = stat("small_spans");
   std::vector<void*> v(count());
   std::mutex m;
@@ -216,11 +242,15 @@ TEST(SmallReleaseStress, CollectionRacesWithThreadsThatSleepAndWake) {
   lm_init();
   constexpr int kThreads = 3;
   constexpr int kRounds = 300;
+  const uint64_t purges0 = stat("span_page_purges"), revivals0 = stat("span_page_revivals");
   std::atomic<bool> done{false};
   std::atomic<uint64_t> clock{1};
   std::thread collector([&] {
     while (!done.load(std::memory_order_relaxed)) {
-      lm_collect_idle_heaps(clock.fetch_add(1) * kSecond, 0);
+      // In-span purging too, with and without hysteresis (delay 0: a
+      // span purges as soon as its heap is seen quiet twice).
+      uint64_t now = clock.fetch_add(1);
+      collect(now * kSecond, 0, 0, now % 2 == 0);
       std::this_thread::yield();
     }
   });
@@ -232,7 +262,37 @@ TEST(SmallReleaseStress, CollectionRacesWithThreadsThatSleepAndWake) {
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
       uint32_t x = 12345u + unsigned(t);
+      // Long-lived objects among the short-lived ones: their neighbours'
+      // pages are purged and revived while they stay, and they must not
+      // change.
+      std::vector<std::pair<unsigned char*, size_t>> kept;
+      auto fill = [t](unsigned char* p, size_t n) {
+        for (size_t i = 0; i < n; ++i) p[i] = static_cast<unsigned char>(i * 7 + size_t(t));
+      };
+      auto intact = [t](const unsigned char* p, size_t n) {
+        for (size_t i = 0; i < n; ++i) {
+          if (p[i] != static_cast<unsigned char>(i * 7 + size_t(t))) return false;
+        }
+        return true;
+      };
       for (int round = 0; round < kRounds; ++round) {
+        for (int i = 0; i < 4; ++i) {
+          x = x * 1664525u + 1013904223u;
+          size_t n = 16 + (x >> 8) % 2000;
+          auto* p = static_cast<unsigned char*>(lm_calloc(1, n));
+          ASSERT_NE(p, nullptr);
+          for (size_t k = 0; k < n; ++k) ASSERT_EQ(p[k], 0) << "calloc of " << n << " byte " << k;
+          fill(p, n);
+          kept.emplace_back(p, n);
+        }
+        if (kept.size() > 64) {
+          for (size_t i = 0; i < kept.size(); i += 3) {
+            ASSERT_TRUE(intact(kept[i].first, kept[i].second));
+            lm_free(kept[i].first);
+            kept[i].first = nullptr;
+          }
+          kept.erase(std::remove_if(kept.begin(), kept.end(), [](auto& e) { return !e.first; }), kept.end());
+        }
         std::vector<std::pair<unsigned char*, size_t>> mine, got;
         for (int i = 0; i < 200; ++i) {
           x = x * 1664525u + 1013904223u;
@@ -268,6 +328,10 @@ TEST(SmallReleaseStress, CollectionRacesWithThreadsThatSleepAndWake) {
           while (clock.load() < seen + 3) std::this_thread::yield();
         }
       }
+      for (auto [p, n] : kept) {
+        ASSERT_TRUE(intact(p, n));
+        lm_free(p);
+      }
     });
   }
   for (auto& th : threads) th.join();
@@ -278,6 +342,323 @@ TEST(SmallReleaseStress, CollectionRacesWithThreadsThatSleepAndWake) {
   }
   lm_thread_collect();
   EXPECT_GE(stat("idle_heap_collections"), 1u);
+  // Pages inside spans were purged under the threads, and revived by them.
+  EXPECT_GE(stat("span_page_purges") - purges0, 1u);
+  EXPECT_GE(stat("span_page_revivals") - revivals0, 1u);
+  EXPECT_EQ(lm_check_invariants(), nullptr);
+}
+
+// ---- free pages inside spans
+
+// A span's pages purged and revived: through the lm_* entry points over
+// the real kernel, with MADV_FREE (the pages may keep their bytes) or
+// MADV_DONTNEED (they read as zero).
+class SpanPurge : public ::testing::TestWithParam<std::tuple<size_t, bool>> {
+ protected:
+  void SetUp() override {
+    option_set(unsigned(Opt::background), 0);
+    lm_init();
+    advice_ = option(Opt::purge_advice);
+    option_set(unsigned(Opt::purge_advice), dontneed() ? kAdviceDontneed : kAdviceFree);
+    lm_set_platform(&platform_);
+  }
+  void TearDown() override {
+    lm_set_platform(&pal::linux_platform());
+    option_set(unsigned(Opt::purge_advice), advice_);
+  }
+  size_t size() const { return std::get<0>(GetParam()); }
+  bool dontneed() const { return std::get<1>(GetParam()); }
+
+  static size_t page(const void* p) { return reinterpret_cast<uintptr_t>(p) / kOsPageSize; }
+
+  // Allocates about 4 MiB of objects, each filled with its own byte, and
+  // frees those that touch no page numbered 0 mod 10: the rest (about 10%
+  // for small sizes) stay live.  Returns into `freed` the objects freed
+  // whose first byte lies in a page that only freed objects of this test
+  // touch: those the purge must make dormant.
+  void allocate_and_free_most() {
+    all_.resize((size_t(4) << 20) / size());
+    for (size_t i = 0; i < all_.size(); ++i) {
+      all_[i] = static_cast<unsigned char*>(lm_malloc(size()));
+      ASSERT_NE(all_[i], nullptr);
+      memset(all_[i], fill(i), size());
+    }
+    std::set<size_t> live_pages, freed_pages, touched;
+    live_.clear();
+    freed_.clear();
+    for (size_t i = 0; i < all_.size(); ++i) {
+      // The last one too: its span, the class's current one, may hold
+      // nothing else, and an empty span goes back whole.
+      bool keep = i + 1 == all_.size();
+      for (size_t pg = page(all_[i]); pg <= page(all_[i] + size() - 1); ++pg) keep |= pg % 10 == 0;
+      (keep ? live_ : freed_).push_back(i);
+    }
+    // Pages covered only by freed objects, all of which are this test's.
+    std::set<uintptr_t> freed_set;
+    for (size_t i : freed_) freed_set.insert(reinterpret_cast<uintptr_t>(all_[i]));
+    std::vector<uintptr_t> sorted(freed_set.begin(), freed_set.end());
+    const size_t stride = lm_usable_size(all_[0]);  // the class's size
+    for (size_t k = 0; k < sorted.size(); ++k) {
+      // Objects k..j are consecutive in memory: whole pages strictly inside
+      // the run (and not overlapping anything else) are free.
+      size_t j = k;
+      while (j + 1 < sorted.size() && sorted[j + 1] == sorted[j] + stride) ++j;
+      uintptr_t lo = (sorted[k] + kOsPageSize - 1) / kOsPageSize, hi = (sorted[j] + stride) / kOsPageSize;
+      for (uintptr_t pg = lo; pg < hi; ++pg) free_pages_.insert(pg);
+      k = j;
+    }
+    for (size_t i : freed_) {
+      if (free_pages_.count(page(all_[i]))) dormant_.push_back(i);
+      lm_free(all_[i]);
+    }
+    // The thread's cache goes back to the spans; the heap is quiet from now.
+    lm_thread_collect();
+  }
+  // Runs the collector until the heap's span pages are purged: it sees the
+  // heap at `t`, and purges them span_idle later.
+  void collect_and_purge(uint64_t t, bool hysteresis) {
+    collect(t, kSecond, kSpanIdle, hysteresis);
+    collect(t + kSpanIdle, kSecond, kSpanIdle, hysteresis);
+  }
+  static unsigned char fill(size_t i) { return static_cast<unsigned char>(0x11 + i * 13); }
+  void expect_live_intact() {
+    for (size_t i : live_) {
+      for (size_t k = 0; k < size(); k += 8) {
+        ASSERT_EQ(all_[i][k], fill(i)) << "live object " << i << " byte " << k;
+      }
+      ASSERT_EQ(all_[i][size() - 1], fill(i));
+    }
+  }
+  void free_live() {
+    for (size_t i : live_) lm_free(all_[i]);
+    live_.clear();
+    lm_thread_collect();
+  }
+
+  static constexpr uint64_t kSpanIdle = 4 * kSecond;
+  const Platform platform_ = manual_clock_platform();
+  int64_t advice_ = 0;
+  std::vector<unsigned char*> all_;
+  std::vector<size_t> live_, freed_, dormant_;
+  std::set<size_t> free_pages_;
+};
+
+INSTANTIATE_TEST_SUITE_P(SizesAndAdvice, SpanPurge,
+                         ::testing::Combine(::testing::Values(64, 1000, 4000, 30000), ::testing::Bool()));
+
+// Whole free pages go back; live neighbours keep their bytes; every object
+// freed is handed out again exactly once (dormant ones after their page is
+// revived), calloc zeroes them; then everything goes back.
+TEST_P(SpanPurge, FreePagesGoBackAndTheirObjectsComeBackOnce) {
+  allocate_and_free_most();
+  ASSERT_FALSE(free_pages_.empty());
+  const uint64_t purges0 = stat("span_page_purges"), revivals0 = stat("span_page_revivals");
+  const uint64_t advised0 = stat(dontneed() ? "purge_dontneed_bytes" : "purge_lazy_bytes");
+  // Not before the heap has been quiet for span_idle.
+  collect(2000 * kSecond, kSecond, kSpanIdle, false);
+  collect(2000 * kSecond + kSpanIdle - 1, kSecond, kSpanIdle, false);
+  EXPECT_EQ(stat("span_page_purges"), purges0);
+  collect(2000 * kSecond + kSpanIdle, kSecond, kSpanIdle, false);
+  const uint64_t purged = stat("span_page_purges") - purges0;
+  EXPECT_GE(purged, free_pages_.size()) << "of " << all_.size() << " objects, " << freed_.size() << " freed";
+  EXPECT_GE(stat("span_purged_bytes"), free_pages_.size() * kOsPageSize);
+  EXPECT_GE(stat(dontneed() ? "purge_dontneed_bytes" : "purge_lazy_bytes") - advised0, purged * kOsPageSize);
+  for (size_t i : live_) ASSERT_EQ(lm_usable_size(all_[i]), lm_usable_size(all_[live_[0]])) << "the spans stay";
+  expect_live_intact();
+
+  // The freed objects come back, each once, zeroed by calloc; none is a
+  // live one.
+  std::set<unsigned char*> live_set;
+  for (size_t i : live_) live_set.insert(all_[i]);
+  std::set<unsigned char*> got;
+  std::vector<unsigned char*> again;
+  for (size_t n = 0; n < freed_.size(); ++n) {
+    auto* p = static_cast<unsigned char*>(lm_calloc(1, size()));
+    ASSERT_NE(p, nullptr);
+    for (size_t k = 0; k < size(); ++k) ASSERT_EQ(p[k], 0) << "calloc byte " << k;
+    ASSERT_TRUE(got.insert(p).second) << "handed out twice: " << static_cast<void*>(p);
+    ASSERT_EQ(live_set.count(p), 0u) << "a live object handed out";
+    memset(p, 0xee, size());
+    again.push_back(p);
+  }
+  EXPECT_GE(stat("span_page_revivals") - revivals0, 1u);
+  expect_live_intact();
+  for (unsigned char* p : again) lm_free(p);
+  free_live();
+  EXPECT_EQ(lm_check_invariants(), nullptr);
+}
+
+// The collector's deadline (what the background thread sleeps to): a heap
+// collected is due for its pass span_idle after it went quiet; once the pass
+// found nothing more to do, nothing is due.
+TEST_P(SpanPurge, TheCollectorAsksToRunWhenThePassIsDue) {
+  allocate_and_free_most();
+  const uint64_t t = 6000 * kSecond;
+  uint64_t due = 0;
+  g_clock.store(t);
+  lm_collect_idle_heaps(t, kSecond, &due, kSpanIdle, 0);  // every heap seen
+  EXPECT_EQ(due, t + kSecond);
+  const uint64_t purges0 = stat("span_page_purges");
+  g_clock.store(t + kSecond);
+  lm_collect_idle_heaps(t + kSecond, kSecond, &due, kSpanIdle, 0);  // collected
+  EXPECT_EQ(due, t + kSpanIdle);
+  EXPECT_EQ(stat("span_page_purges"), purges0);
+  g_clock.store(t + kSpanIdle);
+  lm_collect_idle_heaps(t + kSpanIdle, kSecond, &due, kSpanIdle, 0);  // the pass
+  EXPECT_GE(stat("span_page_purges") - purges0, free_pages_.size());
+  EXPECT_EQ(due, kNoDeadline);
+  expect_live_intact();
+  free_live();
+  EXPECT_EQ(lm_check_invariants(), nullptr);
+}
+
+#if LAZYMALLOC_CHECKS
+// A dormant object's tag may be gone with its page: freeing it again is
+// still a double free, for free and realloc.  A live object past the
+// span's check limit is freed as usual.
+TEST_P(SpanPurge, ADoubleFreeOfADormantObjectAborts) {
+  allocate_and_free_most();
+  ASSERT_FALSE(dormant_.empty());
+  collect_and_purge(3000 * kSecond, false);
+  unsigned char* d = all_[dormant_[dormant_.size() / 2]];
+  if (dontneed()) EXPECT_EQ(reinterpret_cast<uintptr_t*>(d)[1], 0u) << "the tag went with its page";
+  EXPECT_DEATH(lm_free(d), "lazymalloc: free\\(\\): invalid pointer 0x[0-9a-f]+: double free");
+  EXPECT_DEATH(lm_realloc(d, size() + 1), "lazymalloc: realloc\\(\\): invalid pointer 0x[0-9a-f]+: double free");
+  // A live object past a dormant one of its span (the same 64 KiB unit):
+  // its free takes the failure path, which completes it (the cache hands
+  // it out next).
+  size_t pick = live_.size();
+  for (size_t k = 0; k < live_.size() && pick == live_.size(); ++k) {
+    uintptr_t a = reinterpret_cast<uintptr_t>(all_[live_[k]]);
+    for (size_t i : dormant_) {
+      uintptr_t b = reinterpret_cast<uintptr_t>(all_[i]);
+      if (b < a && b >> 16 == a >> 16) pick = k;
+    }
+  }
+  ASSERT_LT(pick, live_.size());
+  unsigned char* last = all_[live_[pick]];
+  live_.erase(live_.begin() + long(pick));
+  lm_free(last);
+  void* q = lm_malloc(size());
+  EXPECT_EQ(q, last);
+  lm_free(q);
+  free_live();
+  EXPECT_EQ(lm_check_invariants(), nullptr);
+}
+#endif
+
+// A span revived at once after its purge is not purged again after the
+// same delay (its delay doubled), but after twice that.
+TEST_P(SpanPurge, ASpanThatRefillsAtOnceWaitsLongerForItsNextPurge) {
+  allocate_and_free_most();
+  const uint64_t t0 = 4000 * kSecond;
+  collect_and_purge(t0, true);
+  const uint64_t refaults0 = stat("span_refaults");
+  // Everything freed comes back at once: the spans revive their pages.
+  std::vector<void*> again;
+  for (size_t n = 0; n < freed_.size(); ++n) again.push_back(lm_malloc(size()));
+  EXPECT_GE(stat("span_refaults") - refaults0, 1u);
+  for (void* p : again) lm_free(p);
+  lm_thread_collect();
+  const uint64_t suppressed0 = stat("span_purges_suppressed");
+  const uint64_t purges0 = stat("span_page_purges");
+  const uint64_t t1 = t0 + 100 * kSecond;
+  collect_and_purge(t1, true);
+  EXPECT_GE(stat("span_purges_suppressed") - suppressed0, 1u);
+  const uint64_t purged_early = stat("span_page_purges") - purges0;
+  EXPECT_LT(purged_early, free_pages_.size());
+  collect(t1 + 2 * kSpanIdle, kSecond, kSpanIdle, true);
+  EXPECT_GT(stat("span_page_purges") - purges0, purged_early);
+  // Every free page is purged again now (or was never revived).
+  EXPECT_GE(stat("span_purged_bytes"), free_pages_.size() * kOsPageSize);
+  expect_live_intact();
+  free_live();
+  EXPECT_EQ(lm_check_invariants(), nullptr);
+}
+
+
+// ---- statistics: thread caches and where the held bytes are
+
+// The "held" rows of the JSON statistics, with the gauges they come from.
+nlohmann::json held_now() {
+  std::vector<char> buf(1 << 16);
+  size_t n = lm_stats_write(buf.data(), buf.size(), true);
+  EXPECT_LT(n, buf.size());
+  lmt::ParsedJson j = lmt::ParseJson(std::string_view(buf.data(), n));
+  EXPECT_TRUE(j.ok()) << j.error;
+  return j.value;
+}
+
+// A thread's cache is counted at its refill (what the refill took from the
+// span less the object handed out) and at its flush (nothing left), per heap
+// and in the sum; the held rows place every byte of the small spans and of
+// active_bytes, with the cache where it is.
+TEST(CacheStats, ThreadCachesAreCountedAtSlowPathsAndEveryHeldByteIsPlaced) {
+  option_set(unsigned(Opt::background), 0);
+  lm_init();
+  lm_thread_collect();
+  std::mutex m;
+  std::condition_variable cv;
+  int phase = 0;  // 1: allocated; 2: collect; 3: collected; 4: exit
+  void* p = nullptr;
+  const uint64_t cache0 = stat("cache_bytes"), taken0 = stat("span_taken_bytes");
+  const uint64_t returned0 = stat("span_returned_bytes");
+  std::thread worker([&] {
+    p = lm_malloc(64);
+    std::unique_lock<std::mutex> lock(m);
+    phase = 1;
+    cv.notify_all();
+    cv.wait(lock, [&] { return phase == 2; });
+    lm_free(p);  // onto the cache, by the fast path: not counted yet
+    lm_thread_collect();
+    phase = 3;
+    cv.notify_all();
+    cv.wait(lock, [&] { return phase == 4; });
+  });
+  {
+    std::unique_lock<std::mutex> lock(m);
+    cv.wait(lock, [&] { return phase == 1; });
+  }
+  const uint64_t taken = stat("span_taken_bytes") - taken0;
+  EXPECT_GE(taken, 2u * 64) << "a refill fills the cache";
+  EXPECT_EQ(stat("cache_bytes") - cache0, taken - 64);
+  nlohmann::json j = held_now();
+  const auto& st = j["stats"];
+  const auto& held = j["held"];
+  EXPECT_GE(held["thread_caches"].get<uint64_t>(), taken - 64);
+  EXPECT_GE(held["small_in_use"].get<uint64_t>(), 64u);
+  EXPECT_EQ(held["small_in_use"].get<uint64_t>() + held["thread_caches"].get<uint64_t>() +
+                held["small_span_free"].get<uint64_t>(),
+            st["small_span_bytes"].get<uint64_t>());
+  EXPECT_EQ(st["small_span_bytes"].get<uint64_t>() + held["large_blocks"].get<uint64_t>(),
+            st["active_bytes"].get<uint64_t>());
+  EXPECT_EQ(held["small_span_purged"].get<uint64_t>(), st["span_purged_bytes"].get<uint64_t>());
+  EXPECT_EQ(held["lazy"].get<uint64_t>(), st["lazy_bytes"].get<uint64_t>());
+  ASSERT_TRUE(j["heap_cache_bytes"].is_array());
+  const uint64_t heaps = st["heaps"].get<uint64_t>();
+  EXPECT_EQ(j["heap_cache_bytes"].size(), heaps < 64 ? heaps : 64u);
+  uint64_t per_heap = 0, largest = 0;
+  for (const auto& v : j["heap_cache_bytes"]) {
+    per_heap += v.get<uint64_t>();
+    largest = std::max<uint64_t>(largest, v.get<uint64_t>());
+  }
+  EXPECT_LE(per_heap, st["cache_bytes"].get<uint64_t>());
+  EXPECT_GE(largest, taken - 64) << "the worker's heap";
+  {
+    std::unique_lock<std::mutex> lock(m);
+    phase = 2;
+    cv.notify_all();
+    cv.wait(lock, [&] { return phase == 3; });
+  }
+  // Everything the worker took is back, and its cache is empty.
+  EXPECT_EQ(stat("cache_bytes"), cache0);
+  EXPECT_EQ(stat("span_returned_bytes") - returned0, taken);
+  {
+    std::lock_guard<std::mutex> lock(m);
+    phase = 4;
+  }
+  cv.notify_all();
+  worker.join();
   EXPECT_EQ(lm_check_invariants(), nullptr);
 }
 
