@@ -61,22 +61,6 @@ bool write_file(const fs::path& path, const std::string& text) {
   return static_cast<bool>(f);
 }
 
-std::string find_in_path(const std::string& program) {
-  const char* path = std::getenv("PATH");
-  if (!path) return {};
-  std::string p(path);
-  std::size_t start = 0;
-  while (start <= p.size()) {
-    std::size_t end = p.find(':', start);
-    if (end == std::string::npos) end = p.size();
-    const std::string dir = p.substr(start, end - start);
-    const std::string candidate = (dir.empty() ? "." : dir) + "/" + program;
-    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
-    start = end + 1;
-  }
-  return {};
-}
-
 // Runs gnuplot on a script; returns "" or an error.
 std::string run_gnuplot(const std::string& gnuplot, const fs::path& script, const fs::path& log) {
   const auto out = spawn_child({gnuplot, script.string()}, child_env("", {}), log.string(), 60);
@@ -160,6 +144,46 @@ std::optional<std::vector<AllocatorSpec>> resolve_allocators(const std::vector<s
   return allocators;
 }
 
+std::string find_in_path(const std::string& program) {
+  const char* path = std::getenv("PATH");
+  if (!path) return {};
+  std::string p(path);
+  std::size_t start = 0;
+  while (start <= p.size()) {
+    std::size_t end = p.find(':', start);
+    if (end == std::string::npos) end = p.size();
+    const std::string dir = p.substr(start, end - start);
+    const std::string candidate = (dir.empty() ? "." : dir) + "/" + program;
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+    start = end + 1;
+  }
+  return {};
+}
+
+bool apply_alloc_env(std::vector<AllocatorSpec>& allocators, const std::vector<std::string>& names,
+                     const std::vector<std::string>& items, const char* who) {
+  for (const auto& item : items) {
+    const auto colon = item.find(':');
+    const auto assignment = colon == std::string::npos ? std::nullopt : parse_assignment(item.substr(colon + 1));
+    if (!assignment) {
+      std::cerr << who << ": --alloc-env wants ALLOCATOR:VAR=VALUE, got '" << item << "'\n";
+      return false;
+    }
+    const std::string target = item.substr(0, colon);
+    bool found = false;
+    for (auto& a : allocators)
+      if (a.name == target) {
+        a.env.push_back(*assignment);
+        found = true;
+      }
+    if (!found && std::find(names.begin(), names.end(), target) == names.end()) {
+      std::cerr << who << ": --alloc-env for allocator '" << target << "' that is not compared\n";
+      return false;
+    }
+  }
+  return true;
+}
+
 int compare_command(const CompareOptions& opt) {
   if (opt.reps < 1) {
     std::cerr << "lazybench compare: --reps must be >= 1\n";
@@ -224,25 +248,7 @@ int compare_command(const CompareOptions& opt) {
   auto resolved = resolve_allocators(names, opt.lib, "lazybench compare", &skipped);
   if (!resolved) return 2;
   std::vector<AllocatorSpec> allocators = std::move(*resolved);
-  for (const auto& item : opt.alloc_env) {
-    const auto colon = item.find(':');
-    const auto assignment = colon == std::string::npos ? std::nullopt : parse_assignment(item.substr(colon + 1));
-    if (!assignment) {
-      std::cerr << "lazybench compare: --alloc-env wants ALLOCATOR:VAR=VALUE, got '" << item << "'\n";
-      return 2;
-    }
-    const std::string who = item.substr(0, colon);
-    bool found = false;
-    for (auto& a : allocators)
-      if (a.name == who) {
-        a.env.push_back(*assignment);
-        found = true;
-      }
-    if (!found && std::find(names.begin(), names.end(), who) == names.end()) {
-      std::cerr << "lazybench compare: --alloc-env for allocator '" << who << "' that is not compared\n";
-      return 2;
-    }
-  }
+  if (!apply_alloc_env(allocators, names, opt.alloc_env, "lazybench compare")) return 2;
   if (allocators.empty() || workloads.empty()) {
     std::cerr << "lazybench compare: nothing to run\n";
     return 2;

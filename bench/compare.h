@@ -48,4 +48,14 @@ std::optional<std::vector<AllocatorSpec>> resolve_allocators(const std::vector<s
 // allocator's library (`preload`, none if empty) and variables instead.
 EnvChanges child_env(const std::string& preload, const std::vector<std::pair<std::string, std::string>>& vars);
 
+// Adds each "ALLOCATOR:VAR=VALUE" of `items` to that allocator's variables.
+// An item naming an allocator outside `names` (the ones asked for), or not of
+// that form, is reported on stderr as `who`'s error: false.  (An allocator
+// asked for but skipped as not installed takes its items silently.)
+bool apply_alloc_env(std::vector<AllocatorSpec>& allocators, const std::vector<std::string>& names,
+                     const std::vector<std::string>& items, const char* who);
+
+// The executable `program` found in $PATH; empty if none.
+std::string find_in_path(const std::string& program);
+
 }  // namespace lazybench

@@ -4,6 +4,7 @@
 //   lazybench run WORKLOAD [options]       one workload, in this process; one JSON line
 //   lazybench compare [WORKLOADS|all] ...  every workload under every allocator
 //   lazybench startup [options]            start-up cost (peak RSS, spawn time) per allocator
+//   lazybench server [options]             redis-server under every allocator: throughput, memory
 //   lazybench allocators                   which allocators compare would use
 //
 // See docs/benchmarks.md.
@@ -15,6 +16,7 @@
 #include "compare.h"
 #include "harness/args.h"
 #include "run.h"
+#include "server.h"
 #include "startup.h"
 
 namespace {
@@ -101,6 +103,36 @@ int main(int argc, char** argv) {
   startup->add_option("--rss-runs", sopt.rss_runs, "Traced runs per allocator for the memory figures")
       ->capture_default_str();
 
+  lazybench::ServerOptions vopt;
+  std::string server_timeout = "600";
+  auto* server = app.add_subcommand(
+      "server", "redis-server under every allocator: throughput per command (redis-benchmark) and memory "
+                "when loaded, flushed and idle; writes DIR/results.{md,csv,json}");
+  server->add_option("--allocators", vopt.allocators, "Comma list of allocators, as for compare");
+  server->add_option("--lib", vopt.lib, "liblazymalloc.so to use for 'lazymalloc'");
+  server->add_option("--alloc-env", vopt.alloc_env, "ALLOCATOR:VAR=VALUE, extra environment for one allocator's servers")
+      ->allow_extra_args(false);
+  server->add_option("--reps", vopt.reps, "Repetitions per allocator, interleaved")->capture_default_str();
+  server->add_option("--out", vopt.out_dir, "Output directory")->capture_default_str();
+  server->add_flag("--quick", vopt.quick, "Small sizes (20,000 requests and keys, 1 s idle, 2 s wait): a few seconds per allocator");
+  server->add_option("--requests", vopt.requests, "redis-benchmark -n per command (default 1,000,000)");
+  server->add_option("--tests", vopt.tests, "redis-benchmark -t")->capture_default_str();
+  server->add_option("--clients", vopt.clients, "redis-benchmark -c")->capture_default_str();
+  server->add_option("--pipeline", vopt.pipeline, "redis-benchmark -P")->capture_default_str();
+  server->add_option("--data-size", vopt.data_size, "redis-benchmark -d (bytes)")->capture_default_str();
+  server->add_option("--keys", vopt.keys, "Keys loaded for the memory phase (default 1,500,000)");
+  server->add_option("--value-size", vopt.value_size, "Bytes per loaded value")->capture_default_str();
+  server->add_option("--idle", vopt.idle_s, "Held memory reported this long after FLUSHALL, seconds (default 10)");
+  server->add_option("--rss-wait", vopt.rss_wait_s, "Plain Rss reported this long after FLUSHALL, seconds (default 12)");
+  server->add_option("--settle-mib", vopt.settle_mib, "Settled: held within this many MiB of the start")
+      ->capture_default_str();
+  server->add_option("--server-args", vopt.server_args, "Extra redis-server arguments, e.g. '--io-threads 2'");
+  server->add_option("--server", vopt.server, "redis-server to run")->capture_default_str();
+  server->add_option("--benchmark", vopt.benchmark, "redis-benchmark to run")->capture_default_str();
+  server->add_option("--cli", vopt.cli, "redis-cli to run")->capture_default_str();
+  server->add_option("--timeout", server_timeout, "Limit for each client call and server start (seconds)")
+      ->capture_default_str();
+
   std::string lib;
   auto* allocs = app.add_subcommand("allocators", "Show the allocators compare knows and where their libraries are");
   allocs->add_option("--lib", lib, "liblazymalloc.so to use");
@@ -139,6 +171,16 @@ int main(int argc, char** argv) {
     return lazybench::compare_command(copt);
   }
   if (*startup) return lazybench::startup_command(sopt);
+  if (*server) {
+    const auto t = lazybench::parse_seconds(server_timeout);
+    if (!t || *t <= 0) {
+      std::cerr << "lazybench server: bad --timeout '" << server_timeout << "'\n";
+      return 2;
+    }
+    vopt.timeout_s = *t;
+    vopt.command_line = command_line(argc, argv);
+    return lazybench::server_command(vopt);
+  }
   if (*allocs) return allocators_command(lib);
   std::cout << app.help();
   return 2;

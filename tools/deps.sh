@@ -4,8 +4,11 @@
 # is missing and fails only if --require is given.
 # Usage: tools/deps.sh [--with-peers] [--require] [EXTRA-PACKAGE...]
 set -euo pipefail
+# redis-server and redis-tools (redis-benchmark, redis-cli): the server that
+# `lazybench server` benchmarks, in the base list because bench.server.quick
+# runs it (so --with-peers has them too).
 pkgs=(cmake g++ make libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev python3 time procps
-      git sqlite3 gawk clang libclang-rt-14-dev nlohmann-json3-dev)
+      git sqlite3 gawk clang libclang-rt-14-dev nlohmann-json3-dev redis-server redis-tools)
 require=0
 while (($#)); do
   case "$1" in

@@ -7,6 +7,9 @@
 //       `lazybench --list` lists exactly these (so none goes untested).
 //   bench_workload_test --lazybench PATH --compare-out DIR [--lib LIB]
 //       a small `lazybench compare` end to end: report, CSV, plots, skips.
+//   bench_workload_test --lazybench PATH --server-out DIR [--lib LIB]
+//       `lazybench server --quick` end to end (Debian's redis-server and
+//       redis-benchmark, which tools/deps.sh installs).
 //
 // Each ctest entry selects with --gtest_filter the tests its arguments are
 // for; a test run without its argument fails (it is never skipped).
@@ -18,7 +21,10 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
+
+#include <nlohmann/json.hpp>
 
 #include "harness/args.h"
 #include "harness/result.h"
@@ -27,7 +33,7 @@
 namespace lazybench {
 namespace {
 
-std::string g_lazybench, g_workload, g_preload, g_expect, g_compare_out, g_lib;
+std::string g_lazybench, g_workload, g_preload, g_expect, g_compare_out, g_server_out, g_lib;
 
 bool is_idle_release() { return g_workload.rfind("idle-release", 0) == 0; }
 
@@ -318,6 +324,102 @@ TEST(Compare, PatternSelectsMatchingWorkloads) {
   EXPECT_NE(r.err.find("no workload matches 'no-such-*'"), std::string::npos) << r.err;
 }
 
+// redis-server under lazymalloc (when built) and glibc: a throughput figure
+// per allocator and command, the memory columns, in all three outputs.
+TEST(Server, QuickRunReportsEveryAllocatorAndCommand) {
+  ASSERT_FALSE(g_server_out.empty()) << "no --server-out given";
+  namespace fs = std::filesystem;
+  fs::remove_all(g_server_out);
+  std::vector<std::string> allocators = {"glibc"};
+  if (!g_lib.empty()) allocators.insert(allocators.begin(), "lazymalloc");
+  std::vector<std::string> argv = {g_lazybench, "server", "--quick", "--reps", "2", "--allocators",
+                                   g_lib.empty() ? "glibc" : "lazymalloc,glibc", "--out", g_server_out};
+  if (!g_lib.empty()) {
+    argv.push_back("--lib");
+    argv.push_back(g_lib);
+  }
+  auto opts = test::options();
+  opts.timeout_s = 120;
+  const auto r = spawn(argv, opts);
+  ASSERT_EQ(r.exit_code(), 0) << r.describe();
+  const std::vector<std::string> commands = {"SET", "GET", "LPUSH", "LPOP"};
+  const std::vector<std::string> memory = {"start_rss_mib", "start_held_mib", "loaded_rss_mib", "peak_rss_mib",
+                                           "idle_held_mib", "wait_rss_mib",   "wait_held_mib",  "bench_peak_rss_mib"};
+  // Progress: two phases per allocator and repetition.
+  const std::string runs = std::to_string(4 * allocators.size());
+  std::string last = "[";
+  last += runs;
+  last += "/";
+  last += runs;
+  last += "] memory under ";
+  EXPECT_NE(r.err.find(last), std::string::npos) << r.err;
+
+  // results.json: medians over both repetitions.
+  const auto json = nlohmann::json::parse(slurp(fs::path(g_server_out) / "results.json"));
+  EXPECT_EQ(json.at("failures"), 0);
+  EXPECT_EQ(json.at("keys"), 20000);
+  ASSERT_EQ(json.at("allocators").size(), allocators.size()) << json.dump(2);
+  for (std::size_t k = 0; k < allocators.size(); ++k) {
+    const auto& a = json.at("allocators")[k];
+    EXPECT_EQ(a.at("name"), allocators[k]);
+    for (const auto& cmd : commands) {
+      const auto& t = a.at("throughput").at(cmd);
+      EXPECT_EQ(t.at("runs"), 2) << allocators[k] << " " << cmd;
+      EXPECT_GT(t.at("median").get<double>(), 0) << allocators[k] << " " << cmd;
+      EXPECT_GT(t.at("vs_glibc").get<double>(), 0) << allocators[k] << " " << cmd;
+    }
+    const auto& m = a.at("memory");
+    for (const auto& key : memory) {
+      EXPECT_EQ(m.at(key).at("runs"), 2) << allocators[k] << " " << key;
+      EXPECT_GT(m.at(key).at("median").get<double>(), 0) << allocators[k] << " " << key;
+    }
+    // 20,000 values of 300 bytes are about 6 MiB more than the empty server.
+    EXPECT_GT(m.at("loaded_rss_mib").at("median").get<double>(), m.at("start_rss_mib").at("median").get<double>() + 5)
+        << allocators[k];
+    EXPECT_GE(m.at("peak_rss_mib").at("median").get<double>(), m.at("loaded_rss_mib").at("median").get<double>())
+        << allocators[k];
+    EXPECT_EQ(m.at("runs"), 2);
+  }
+  if (!g_lib.empty()) {
+    // The preloads really differ: lazymalloc's library, and libc for glibc
+    // (Debian's redis-server links libjemalloc).
+    EXPECT_NE(json.at("allocators")[0].at("preload").get<std::string>().find("liblazymalloc"), std::string::npos);
+  }
+  EXPECT_NE(json.at("allocators").back().at("preload").get<std::string>().find("libc.so.6"), std::string::npos);
+
+  // results.md (also on stdout): a row per command in the overview, a row
+  // per command and allocator in the detail, a row per allocator in the
+  // memory table.
+  const std::string md = slurp(fs::path(g_server_out) / "results.md");
+  EXPECT_EQ(md, r.out);
+  for (const auto& cmd : commands) {
+    EXPECT_NE(md.find("| " + cmd + " "), std::string::npos) << md;
+    for (const auto& a : allocators) EXPECT_NE(md.find("| " + cmd + std::string(8 - cmd.size(), ' ') + "| " + a), std::string::npos) << cmd << " " << a << "\n" << md;
+  }
+  for (const auto& a : allocators) EXPECT_NE(md.find("\n| " + a + " "), std::string::npos) << md;
+  for (const char* column : {"start Rss", "start held", "loaded Rss", "peak (VmHWM)", "held after idle", "Rss after wait",
+                             "settled", "bench peak"})
+    EXPECT_NE(md.find(column), std::string::npos) << column;
+
+  // results.csv: per run, a positive rate for each command.
+  std::istringstream csv(slurp(fs::path(g_server_out) / "results.csv"));
+  std::string line;
+  std::getline(csv, line);
+  EXPECT_EQ(line, "rep,allocator,phase,metric,t_s,value,unit,status");
+  std::map<std::string, int> rates;
+  while (std::getline(csv, line)) {
+    EXPECT_NE(line.find(",ok"), std::string::npos) << line;
+    for (const auto& cmd : commands)
+      if (line.find(",throughput," + cmd + ",,") != std::string::npos) {
+        const auto v = line.substr(line.find(",,") + 2);
+        EXPECT_GT(std::stod(v), 0) << line;
+        ++rates[line.substr(0, line.find(",throughput"))];
+      }
+  }
+  EXPECT_EQ(rates.size(), 2 * allocators.size());  // (rep, allocator) pairs
+  for (const auto& [who, count] : rates) EXPECT_EQ(count, 4) << who;
+}
+
 }  // namespace
 }  // namespace lazybench
 
@@ -329,6 +431,7 @@ int main(int argc, char** argv) {
   lazybench::g_preload = arg_value(argc, argv, "preload");
   lazybench::g_expect = arg_value(argc, argv, "expect-workloads");
   lazybench::g_compare_out = arg_value(argc, argv, "compare-out");
+  lazybench::g_server_out = arg_value(argc, argv, "server-out");
   lazybench::g_lib = arg_value(argc, argv, "lib");
   if (lazybench::g_lazybench.empty()) {
     std::fprintf(stderr, "usage: %s --lazybench PATH [--workload NAME [--preload LIB]] ...\n", argv[0]);
