@@ -182,7 +182,7 @@ class Backend {
   void set_hard_limit(uint64_t bytes) { __atomic_store_n(&hard_limit_, bytes, __ATOMIC_RELAXED); }
   uint64_t hard_limit() const { return __atomic_load_n(&hard_limit_, __ATOMIC_RELAXED); }
   // Gives a span back; its units become RETAINED and young (CLEAN when
-  // `contents_gone`: the caller moved its pages away, see pal::move_pages).
+  // `contents_gone`: the caller moved its pages away, see Platform::move_pages).
   // Returns the clock reading it used, for the caller's purge decisions.
   uint64_t release(Span* span, bool contents_gone = false);
   // Gives a huge span back.  It stays RETAINED, like release(), when the
