@@ -207,10 +207,15 @@ class Backend {
   // of this backend (foreign pointer, or a freed unit).
   Span* span_of(const void* p) const {
     uintptr_t a = reinterpret_cast<uintptr_t>(p);
-    uintptr_t slot = a >> kSlotShift;
-    if (LM_UNLIKELY(slot >= (uintptr_t(1) << (kAddressBits - kSlotShift)))) return nullptr;
-    uintptr_t leaf = __atomic_load_n(&unit_root_[slot >> kLeafBits], __ATOMIC_ACQUIRE) +
-                     reinterpret_cast<uintptr_t>(g_empty_unit_leaf);
+    // The range check on the root index itself: one shift serves both.
+    uintptr_t root_index = a >> (kSlotShift + kLeafBits);
+    if (LM_UNLIKELY(root_index >= kRootSize)) return nullptr;
+    // The root entry addressed in bytes: GCC computes &unit_root_[i] as
+    // (i + offset) * 8 from the global, an add more on the free path; this
+    // way the offset goes into the lea of the base.
+    const uintptr_t* entry = reinterpret_cast<const uintptr_t*>(
+        reinterpret_cast<const char*>(unit_root_) + root_index * sizeof(uintptr_t));
+    uintptr_t leaf = __atomic_load_n(entry, __ATOMIC_ACQUIRE) + reinterpret_cast<uintptr_t>(g_empty_unit_leaf);
     return reinterpret_cast<Span* const*>(leaf)[(a >> kUnitShift) & (kUnitLeafSize - 1)];
   }
   // True if `p` lies in address space this backend reserved.
