@@ -128,6 +128,11 @@ struct PurgeSelect {
   uint64_t idle_ns;
 };
 
+// A slot's unit mask with every unit set.
+inline constexpr uint32_t kAllUnits = ~uint32_t{0};
+// Bytes of the units in a slot's unit mask.
+inline uint64_t units_bytes(uint32_t mask) { return uint64_t(popcount32(mask)) * kUnitSize; }
+
 // No deadline: nothing would ever be taken.
 inline constexpr uint64_t kNoDeadline = ~uint64_t(0);
 
