@@ -128,6 +128,11 @@ struct PurgeSelect {
   uint64_t idle_ns;
 };
 
+// A slot's unit mask with every unit set.
+inline constexpr uint32_t kAllUnits = ~uint32_t{0};
+// Bytes of the units in a slot's unit mask.
+inline uint64_t units_bytes(uint32_t mask) { return uint64_t(popcount32(mask)) * kUnitSize; }
+
 // No deadline: nothing would ever be taken.
 inline constexpr uint64_t kNoDeadline = ~uint64_t(0);
 
@@ -182,7 +187,7 @@ class Backend {
   void set_hard_limit(uint64_t bytes) { __atomic_store_n(&hard_limit_, bytes, __ATOMIC_RELAXED); }
   uint64_t hard_limit() const { return __atomic_load_n(&hard_limit_, __ATOMIC_RELAXED); }
   // Gives a span back; its units become RETAINED and young (CLEAN when
-  // `contents_gone`: the caller moved its pages away, see pal::move_pages).
+  // `contents_gone`: the caller moved its pages away, see Platform::move_pages).
   // Returns the clock reading it used, for the caller's purge decisions.
   uint64_t release(Span* span, bool contents_gone = false);
   // Gives a huge span back.  It stays RETAINED, like release(), when the
@@ -207,10 +212,15 @@ class Backend {
   // of this backend (foreign pointer, or a freed unit).
   Span* span_of(const void* p) const {
     uintptr_t a = reinterpret_cast<uintptr_t>(p);
-    uintptr_t slot = a >> kSlotShift;
-    if (LM_UNLIKELY(slot >= (uintptr_t(1) << (kAddressBits - kSlotShift)))) return nullptr;
-    uintptr_t leaf = __atomic_load_n(&unit_root_[slot >> kLeafBits], __ATOMIC_ACQUIRE) +
-                     reinterpret_cast<uintptr_t>(g_empty_unit_leaf);
+    // The range check on the root index itself: one shift serves both.
+    uintptr_t root_index = a >> (kSlotShift + kLeafBits);
+    if (LM_UNLIKELY(root_index >= kRootSize)) return nullptr;
+    // The root entry addressed in bytes: GCC computes &unit_root_[i] as
+    // (i + offset) * 8 from the global, an add more on the free path; this
+    // way the offset goes into the lea of the base.
+    const uintptr_t* entry = reinterpret_cast<const uintptr_t*>(
+        reinterpret_cast<const char*>(unit_root_) + root_index * sizeof(uintptr_t));
+    uintptr_t leaf = __atomic_load_n(entry, __ATOMIC_ACQUIRE) + reinterpret_cast<uintptr_t>(g_empty_unit_leaf);
     return reinterpret_cast<Span* const*>(leaf)[(a >> kUnitShift) & (kUnitLeafSize - 1)];
   }
   // True if `p` lies in address space this backend reserved.

@@ -175,6 +175,8 @@ int lm_stats_fd();
 // `platform` from now on (a fake one injects faults); arenas already
 // reserved stay valid.
 void lm_set_platform(const Platform* platform);
+// The platform every OS effect of the process-wide allocator goes through.
+const Platform* lm_platform();
 const char* lm_check_invariants();  // tests: nullptr, or the first broken invariant  // where statistics at exit go (a copy of stderr)
 int lm_stat_get(const char* name, uint64_t* value);
 // Discardable memory (purge/discard.h).  lock: 0 intact, 1 discarded, -1

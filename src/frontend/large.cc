@@ -101,7 +101,7 @@ void* alloc_large(size_t size, size_t align, bool* zero, bool growing) {
   if (g_secure) {
     // The block ends just below a PROT_NONE page at the end of its span.
     char* guard = s->start + s->bytes - kOsPageSize;
-    if (pal::protect(guard, kOsPageSize, false)) {
+    if (g_platform->protect(g_platform->ctx, guard, kOsPageSize, false)) {
       s->guard = 1;
       s->lead = size_t(align_down(uintptr_t(guard - s->start) - size, align < kMinAlign ? kMinAlign : align));
     }
@@ -142,7 +142,7 @@ LM_NOINLINE void free_generic(Span* s, void* p) {
     g.stats.sub(Stat::large_blocks, 1);
     if (large_cacheable(s->bytes, 0, h) && !s->guard && large_cache_put(h, s)) return;
   }
-  if (s->guard) pal::protect(s->start + s->bytes - kOsPageSize, kOsPageSize, true);
+  if (s->guard) g_platform->protect(g_platform->ctx, s->start + s->bytes - kOsPageSize, kOsPageSize, true);
   release_to_backend(s);
 }
 
@@ -156,7 +156,7 @@ constexpr uint64_t kMaxMremapMoves = 8192;
 bool move_huge(Span* s, void* q) {
   // Secure mode: blocks sit against a guard page, never moved wholesale.
   if (g_secure || g.stats.get(Stat::mremap_moves) >= kMaxMremapMoves) return false;
-  if (!pal::move_pages(s->start, s->bytes, q, option(Opt::hugepages) != 0)) return false;
+  if (!g_platform->move_pages(g_platform->ctx, s->start, s->bytes, q, option(Opt::hugepages) != 0)) return false;
   g.stats.add(Stat::mremap_moves, 1);
   g.stats.add(Stat::mremap_bytes, s->bytes);
   heap_count(tl_heap, HeapStat::large_frees);

@@ -27,7 +27,7 @@ constinit __attribute__((tls_model("initial-exec"))) thread_local bool tl_exited
 
 namespace {
 
-void report_stderr(const char* msg, size_t len) { pal::write_fd(2, msg, len); }
+void report_stderr(const char* msg, size_t len) { g_platform->write(g_platform->ctx, 2, msg, len); }
 
 void heap_thread_exit(void* arg) {
   Heap* h = static_cast<Heap*>(arg);
@@ -62,7 +62,7 @@ void fork_prepare() {
   // did, this thread's fence is the best left.
   if (!heaps_barrier()) std::atomic_thread_fence(std::memory_order_seq_cst);
   for (Heap* h = g.all_heaps; h; h = h->next_all) {
-    while (h->busy.load(std::memory_order_acquire) != 0) pal::futex_wait(&h->busy, 1, 20000);
+    while (h->busy.load(std::memory_order_acquire) != 0) g_platform->wait(g_platform->ctx, &h->busy, 1, 20000);
   }
   g.heap_records.lock().lock();
   g.releaser.fork_prepare();
@@ -135,7 +135,7 @@ Heap* heap_for_thread() {
       if (!r) return nullptr;
       h = new (&r->heap) Heap();
       h->bin_slots = r->bin_slots;
-      if (g_secure) h->rng = pal::random_seed() | 1;
+      if (g_secure) h->rng = g_platform->random(g_platform->ctx) | 1;
       h->next_all = g.all_heaps;
       g.all_heaps = h;
       g.stats.add(Stat::heaps, 1);
@@ -156,12 +156,14 @@ int lm_stats_fd() { return g_stats_fd; }
 
 const char* lm_check_invariants() { return g.backend.check_invariants(); }
 
+const Platform* lm_platform() { return g_platform ? g_platform : &pal::linux_platform(); }
+
 void lm_set_platform(const Platform* platform) {
   g_platform = platform;
   if (g.init_state.load(std::memory_order_acquire) != 2) return;
   g.backend.init(platform, &g.stats, size_t(option(Opt::arena_reserve)), option(Opt::hugepages) != 0);
   g.purger.init(&g.backend, platform, &g.stats);
-  g.releaser.init(&g.backend, &g.purger, platform, &g.stats, unsigned(pal::cpu_count()));
+  g.releaser.init(&g.backend, &g.purger, platform, &g.stats);
 }
 
 void lm_init() {
@@ -171,21 +173,21 @@ void lm_init() {
     while (g.init_state.load(std::memory_order_acquire) != 2) cpu_relax();
     return;
   }
+  if (!g_platform) g_platform = &pal::linux_platform();
   if (options_load(pal::environment(), report_stderr) && option(Opt::abort_on_bad_option)) {
     static const char kMsg[] = "lazymalloc: aborting: LAZYMALLOC_ABORT_ON_BAD_OPTION is set\n";
     pal::fatal(kMsg, sizeof kMsg - 1);
   }
-  if (!g_platform) g_platform = &pal::linux_platform();
   g_secure = option(Opt::secure) != 0;
   // Collectors of idle heaps use the process barrier; without it, threads
   // fence in their slow paths (heap_enter).
   g_heap_fence = !g_platform->process_barrier(g_platform->ctx, true);
-  if (kChecks || g_secure) g_free_key = pal::random_seed() | 1;
+  if (kChecks || g_secure) g_free_key = g_platform->random(g_platform->ctx) | 1;
   // Links: a key of their own in secure mode; with checks the tag's key.
-  g_link_key = g_secure ? pal::random_seed() | 1 : kChecks ? g_free_key : 0;
+  g_link_key = g_secure ? g_platform->random(g_platform->ctx) | 1 : kChecks ? g_free_key : 0;
   g.backend.init(g_platform, &g.stats, size_t(option(Opt::arena_reserve)), option(Opt::hugepages) != 0);
   g.purger.init(&g.backend, g_platform, &g.stats);
-  g.releaser.init(&g.backend, &g.purger, g_platform, &g.stats, unsigned(pal::cpu_count()));
+  g.releaser.init(&g.backend, &g.purger, g_platform, &g.stats);
   g.discard.init(&g.backend, g_platform, &g.stats);
   g.purger.attach(&g.discard);
   g.purger.set_heap_collector([](uint64_t now, uint64_t idle_ns, uint64_t span_idle_ns, uint64_t until) {
@@ -197,7 +199,7 @@ void lm_init() {
   pal::register_thread_exit(heap_thread_exit);
   // Statistics at exit go to a copy of stderr taken now: programs such as
   // coreutils close fd 2 in their own exit handlers.
-  if (option(Opt::stats)) g_stats_fd = pal::dup_fd(2);
+  if (option(Opt::stats)) g_stats_fd = g_platform->dup_fd(g_platform->ctx, 2);
   g.init_state.store(2, std::memory_order_release);
   // May allocate: only now that malloc works.
   pal::register_fork(fork_prepare, fork_parent, fork_child);
@@ -407,13 +409,13 @@ void snapshot(uint64_t* global, uint64_t* heap, uint64_t* heap_cache = nullptr, 
 // The origin of a report: this process, now.  `name` receives the program
 // name (/proc/self/comm: at most 15 characters; "?" without /proc).
 StatsOrigin origin_now(char* name, size_t len) {
-  long n = pal::read_file("/proc/self/comm", name, len);
+  long n = g_platform->read_file(g_platform->ctx, "/proc/self/comm", name, len);
   while (n > 0 && (name[n - 1] == '\n' || name[n - 1] == '\0')) name[--n] = '\0';
   if (n <= 0) {
     name[0] = '?';
     name[1] = '\0';
   }
-  return StatsOrigin{pal::process_id(), name, pal::wall_clock_ms()};
+  return StatsOrigin{g_platform->process_id(g_platform->ctx), name, g_platform->wall_clock_ms(g_platform->ctx)};
 }
 
 size_t render_stats(char* buf, size_t len, bool json, const StatsOrigin& origin) {
@@ -429,7 +431,7 @@ size_t render_stats(char* buf, size_t len, bool json, const StatsOrigin& origin)
 void write_stats(bool json, int fd, const StatsOrigin& origin) {
   char buf[24576];
   size_t n = render_stats(buf, sizeof buf, json, origin);
-  pal::write_fd(fd, buf, n < sizeof buf ? n : sizeof buf - 1);
+  g_platform->write(g_platform->ctx, fd, buf, n < sizeof buf ? n : sizeof buf - 1);
 }
 }  // namespace
 
@@ -454,7 +456,7 @@ void lm_stats_at_exit(bool json) {
     Writer p(path, sizeof path);
     stats_path(p, pattern, origin);
     const bool fits = p.finish() < sizeof path;
-    const int f = fits ? pal::open_append(path) : -ENAMETOOLONG;
+    const int f = fits ? g_platform->open_append(g_platform->ctx, path) : -ENAMETOOLONG;
     if (f >= 0) {
       fd = f;
       opened = true;
@@ -469,11 +471,11 @@ void lm_stats_at_exit(bool json) {
       m.put_i64(-f);
       m.put("); statistics on stderr\n");
       const size_t n = m.finish();
-      pal::write_fd(g_stats_fd, msg, n < sizeof msg ? n : sizeof msg - 1);
+      g_platform->write(g_platform->ctx, g_stats_fd, msg, n < sizeof msg ? n : sizeof msg - 1);
     }
   }
   write_stats(json, fd, origin);
-  if (opened) pal::close_fd(fd);
+  if (opened) g_platform->close_fd(g_platform->ctx, fd);
 }
 
 int lm_stat_get(const char* name, uint64_t* value) {

@@ -19,7 +19,7 @@ void heap_enter_wait(Heap* h) {
                                                       std::memory_order_relaxed)) {
         continue;
       }
-      pal::futex_wait(&h->claimed, 2, -1);
+      g_platform->wait(g_platform->ctx, &h->claimed, 2, -1);
       c = h->claimed.load(std::memory_order_acquire);
     }
     heap_announce(h);
@@ -50,7 +50,7 @@ unsigned heaps_claim(Heap** hs, unsigned n) {
 }
 
 void heap_unclaim(Heap* h) {
-  if (h->claimed.exchange(0, std::memory_order_release) == 2) pal::futex_wake(&h->claimed, 1);
+  if (h->claimed.exchange(0, std::memory_order_release) == 2) g_platform->wake_one(g_platform->ctx, &h->claimed);
 }
 
 HeapGuard::~HeapGuard() {

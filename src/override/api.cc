@@ -150,7 +150,8 @@ __attribute__((destructor(101))) void print_stats_at_exit() {
     const char* stats_pid = env_find(env, "LAZYMALLOC_STATS_PID");
     if (!stats_pid || !option_parse(unsigned(Opt::stats_pid), stats_pid, &pid)) pid = 0;
   }
-  if (!mode || (pid != 0 && pid != pal::process_id())) return;
+  const Platform* p = lm_platform();
+  if (!mode || (pid != 0 && pid != p->process_id(p->ctx))) return;
   lm_stats_at_exit(mode == 2);
 }
 }  // namespace

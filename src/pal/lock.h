@@ -1,5 +1,6 @@
 // A futex-based mutex (three-state: unlocked, locked, locked with waiters).
-// Spins briefly before sleeping.  Constexpr-constructible, so global locks
+// Spins briefly before sleeping; sleeps and hand-overs go through
+// pal::lock_platform() (Platform::wait and wake_one).  Constexpr-constructible, so global locks
 // need no static initialisation; reset() re-initialises one in a fork child.
 // cpu_relax() is the pause of every spin-wait loop.
 #pragma once
@@ -42,7 +43,10 @@ class Mutex {
     return state_.compare_exchange_strong(expected, 1, std::memory_order_acquire);
   }
   void unlock() {
-    if (state_.exchange(0, std::memory_order_release) == 2) pal::futex_wake(&state_, 1);
+    if (state_.exchange(0, std::memory_order_release) == 2) {
+      const Platform& p = pal::lock_platform();
+      p.wake_one(p.ctx, &state_);
+    }
   }
   // Only in a fork child, where no other thread can hold the lock.
   void reset() { state_.store(0, std::memory_order_relaxed); }
@@ -56,7 +60,8 @@ class Mutex {
       }
       cpu_relax();
     }
-    while (state_.exchange(2, std::memory_order_acquire) != 0) pal::futex_wait(&state_, 2, -1);
+    const Platform& p = pal::lock_platform();
+    while (state_.exchange(2, std::memory_order_acquire) != 0) p.wait(p.ctx, &state_, 2, -1);
   }
 
   std::atomic<uint32_t> state_{0};

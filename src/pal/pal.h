@@ -1,7 +1,10 @@
 // The platform abstraction layer: the only code in lazymalloc that makes
-// system calls.  Everything above it reaches the kernel through these
-// functions, or through a `Platform` (below) so that policy code can be run
-// against a fake platform in tests.
+// system calls.  Everything above it reaches the kernel through a
+// `Platform` (below), so that any effect can be faked, recorded and made to
+// fail in tests (tests/unit/fake_platform.h); the few pal:: functions
+// declared after it are process plumbing (errno, the environment, dynamic
+// symbols, thread-exit and fork hooks, the fatal exit), not effects a test
+// needs to fail.  tests/lint/no_syscalls.sh holds the rule.
 #pragma once
 
 #include <atomic>
@@ -67,68 +70,55 @@ struct Platform {
   // a compiler barrier.  With `setup`, registers the process for it (once,
   // at start-up).  false: not available (the light side must then fence).
   bool (*process_barrier)(void* ctx, bool setup);
+  // Wakes one waiter on `word` (FUTEX_WAKE 1): a lock's hand-over.
+  void (*wake_one)(void* ctx, std::atomic<uint32_t>* word);
+  // mprotect: PROT_READ|PROT_WRITE, or PROT_NONE (guard pages).  false on
+  // failure.
+  bool (*protect)(void* ctx, void* addr, size_t size, bool accessible);
+  // Moves the pages of [from, from + len) to [to, to + len) (both page
+  // aligned, inside our own mappings) without copying: mremap(2).
+  // Afterwards `from` is mapped and reads as zero, and `to` holds the old
+  // contents.  false (both ranges still mapped, contents of `to` undefined)
+  // if the kernel refused.  `huge`: re-advise remapped ranges MADV_HUGEPAGE.
+  bool (*move_pages)(void* ctx, void* from, size_t len, void* to, bool huge);
+  // 64 random bits (getrandom; the clock and ASLR if it is unavailable).
+  uint64_t (*random)(void* ctx);
+  // The CPUs this process may run on (sched_getaffinity, else those
+  // online); 0 if unknown.
+  unsigned (*cpu_count)(void* ctx);
+  // Makes the calling thread a batch thread (SCHED_BATCH): for workers that
+  // must not preempt the application threads that wake them.
+  void (*background_priority)(void* ctx);
+  // Writes the whole buffer to a file descriptor, ignoring errors.
+  void (*write)(void* ctx, int fd, const char* buf, size_t len);
+  // A close-on-exec duplicate of `fd` numbered 100 or above (fd itself on
+  // failure).
+  int (*dup_fd)(void* ctx, int fd);
+  // Opens `path` for appending (created with mode 0644, close-on-exec): a
+  // descriptor, or -errno.  errno is preserved.
+  int (*open_append)(void* ctx, const char* path);
+  void (*close_fd)(void* ctx, int fd);
+  // The process id (getpid), and the wall clock (CLOCK_REALTIME) in
+  // milliseconds since 1970-01-01 UTC: what a statistics report names.
+  int (*process_id)(void* ctx);
+  uint64_t (*wall_clock_ms)(void* ctx);
 };
 
 namespace pal {
 
+// The real platform.
 const Platform& linux_platform();
+// The platform of the process-wide futex locks (Mutex, lock.h), which have
+// no owner to hand them one: linux_platform() unless a test installs
+// another (nullptr: back to Linux).
+const Platform& lock_platform();
+void set_lock_platform(const Platform* platform);
 
-// Anonymous private mapping, readable and writable, MAP_NORESERVE, aligned
-// to `align` (power of two).  nullptr on failure (errno preserved).
-void* map(size_t size, size_t align);
-void unmap(void* addr, size_t size);
-// mprotect: PROT_READ|PROT_WRITE, or PROT_NONE (guard pages).  false on failure.
-bool protect(void* addr, size_t size, bool accessible);
-// 64 random bits (getrandom; the clock and ASLR if it is unavailable).
-uint64_t random_seed();
-// madvise(2): 0 or the errno value (errno itself is preserved).
-int advise(void* addr, size_t size, Advice advice);
-// One process_madvise(2) on a pidfd of our own (opened for this call only: a
-// cached descriptor could be closed by the program and its number reused)
-// for n <= 64 ranges: bytes advised, or -errno.  errno is preserved.
-long advise_vector(const AdviseRange* ranges, unsigned n, Advice advice);
-long read_file(const char* path, char* buf, size_t len);
-// CPU time of the calling thread (CLOCK_THREAD_CPUTIME_ID), nanoseconds.
-uint64_t thread_cpu_ns();
-// MADV_HUGEPAGE / MADV_NOHUGEPAGE on a range; failures are ignored.
-void advise_hugepage(void* addr, size_t size, bool huge);
-// membarrier(2): registration (`setup`) or a private expedited barrier;
-// false if the kernel refuses it.  errno is preserved.
-bool process_barrier(bool setup);
-uint64_t now_ns();
-// Moves the pages of [from, from + len) to [to, to + len) (both page
-// aligned, inside our own mappings) without copying: mremap(2).  Afterwards
-// `from` is mapped and reads as zero, and `to` holds the old contents.
-// false (both ranges still mapped, contents of `to` undefined) if the
-// kernel refused.  `huge`: re-advise remapped ranges MADV_HUGEPAGE.
-bool move_pages(void* from, size_t len, void* to, bool huge);
+// ---- process plumbing (no Platform entry: nothing a test needs to fail) ----
 
-// Futex wait/wake on a 32-bit word (process-private).  timeout_ns < 0 waits
-// forever.
-void futex_wait(std::atomic<uint32_t>* word, uint32_t expected, int64_t timeout_ns);
-void futex_wake(std::atomic<uint32_t>* word, int count);
-
-// The process id (getpid) and the wall clock (CLOCK_REALTIME) in
-// milliseconds since 1970-01-01 UTC.
-int process_id();
-uint64_t wall_clock_ms();
-// Opens `path` for appending (created with mode 0644, close-on-exec): a
-// descriptor, or -errno.  errno is preserved.
-int open_append(const char* path);
-void close_fd(int fd);
-// A close-on-exec duplicate of `fd` numbered 100 or above (fd itself on failure).
-int dup_fd(int fd);
-// Writes the whole buffer to a file descriptor, ignoring errors.
-void write_fd(int fd, const char* buf, size_t len);
-// Writes the message to stderr and aborts the process (SIGABRT).
+// Writes the message to stderr and aborts the process (SIGABRT): usable in
+// any state, before start-up and after corruption.
 [[noreturn]] void fatal(const char* msg, size_t len);
-
-int cpu_count();
-// Starts a detached thread with all signals blocked.  false on failure.
-bool start_thread(void* (*fn)(void*), void* arg);
-// Makes the calling thread a batch thread (SCHED_BATCH): for workers that
-// must not preempt the application threads that wake them.
-void set_background_priority();
 // errno access without <cerrno> in every file.
 int get_errno();
 void set_errno(int e);
@@ -143,15 +133,12 @@ void* next_symbol(const char* symbol);
 // has it loaded, in any scope (dlopen RTLD_NOLOAD: never loads it; may
 // allocate), or nullptr.
 void* loaded_symbol(const char* library, const char* symbol);
-
-}  // namespace pal
-}  // namespace lazymalloc
-
-namespace lazymalloc::pal {
 // Calls `fn(value)` when a thread that called set_thread_value() exits
 // (pthread key destructor).  Does not allocate.
 bool register_thread_exit(void (*fn)(void*));
 void set_thread_value(void* value);
 // pthread_atfork; may allocate, so call it only once malloc works.
 void register_fork(void (*prepare)(), void (*parent)(), void (*child)());
-}  // namespace lazymalloc::pal
+
+}  // namespace pal
+}  // namespace lazymalloc

@@ -20,6 +20,10 @@ extern char** environ;
 
 namespace lazymalloc::pal {
 
+namespace {
+
+uint64_t now_ns();
+
 void* map(size_t size, size_t align) {
   // Over-reserve and trim so the result is aligned; the kernel only hands
   // out page alignment.
@@ -127,7 +131,6 @@ void advise_hugepage(void* addr, size_t size, bool huge) {
 #define MREMAP_DONTUNMAP 4
 #endif
 
-namespace {
 [[noreturn]] void fatal_mapping_lost(void* addr, size_t len) {
   (void)addr;
   (void)len;
@@ -143,7 +146,6 @@ bool map_fixed(void* addr, size_t size, bool huge) {
   if (huge) madvise(addr, size, MADV_HUGEPAGE);
   return true;
 }
-}  // namespace
 
 bool move_pages(void* from, size_t len, void* to, bool huge) {
   int saved = errno;
@@ -244,11 +246,6 @@ void write_fd(int fd, const char* buf, size_t len) {
   errno = saved;
 }
 
-void fatal(const char* msg, size_t len) {
-  write_fd(2, msg, len);
-  abort();
-}
-
 int cpu_count() {
   // The CPUs this process may run on (taskset, cpusets), else those online.
   cpu_set_t set;
@@ -286,6 +283,13 @@ bool start_thread(void* (*fn)(void*), void* arg) {
   return rc == 0;
 }
 
+}  // namespace
+
+void fatal(const char* msg, size_t len) {
+  write_fd(2, msg, len);
+  abort();
+}
+
 int get_errno() { return errno; }
 void set_errno(int e) { errno = e; }
 void* next_symbol(const char* symbol) { return dlsym(RTLD_NEXT, symbol); }
@@ -319,6 +323,8 @@ void register_fork(void (*prepare)(), void (*parent)(), void (*child)()) {
 }
 
 namespace {
+
+// The Platform entries: the functions above, with the context they ignore.
 void* linux_reserve(void*, size_t size, size_t align) { return map(size, align); }
 int linux_advise(void*, void* addr, size_t len, Advice a) { return advise(addr, len, a); }
 long linux_advise_vector(void*, const AdviseRange* r, unsigned n, Advice a) { return advise_vector(r, n, a); }
@@ -328,12 +334,25 @@ void linux_wait(void*, std::atomic<uint32_t>* word, uint32_t expected, int64_t t
   futex_wait(word, expected, timeout_ns);
 }
 void linux_wake(void*, std::atomic<uint32_t>* word) { futex_wake(word, 1 << 30); }
+void linux_wake_one(void*, std::atomic<uint32_t>* word) { futex_wake(word, 1); }
 uint64_t linux_thread_cpu(void*) { return thread_cpu_ns(); }
 void* linux_map(void*, size_t size) { return map(size, 4096); }
 void linux_unmap(void*, void* addr, size_t size) { unmap(addr, size); }
 void linux_hugepage(void*, void* addr, size_t size, bool huge) { advise_hugepage(addr, size, huge); }
 bool linux_start_thread(void*, void* (*fn)(void*), void* arg) { return start_thread(fn, arg); }
 bool linux_process_barrier(void*, bool setup) { return process_barrier(setup); }
+bool linux_protect(void*, void* addr, size_t size, bool accessible) { return protect(addr, size, accessible); }
+bool linux_move_pages(void*, void* from, size_t len, void* to, bool huge) { return move_pages(from, len, to, huge); }
+uint64_t linux_random(void*) { return random_seed(); }
+unsigned linux_cpu_count(void*) { return cpu_count(); }
+void linux_background_priority(void*) { set_background_priority(); }
+void linux_write(void*, int fd, const char* buf, size_t len) { write_fd(fd, buf, len); }
+int linux_dup_fd(void*, int fd) { return dup_fd(fd); }
+int linux_open_append(void*, const char* path) { return open_append(path); }
+void linux_close_fd(void*, int fd) { close_fd(fd); }
+int linux_process_id(void*) { return process_id(); }
+uint64_t linux_wall_clock_ms(void*) { return wall_clock_ms(); }
+
 constexpr Platform kLinux = {
     .ctx = nullptr,
     .reserve = linux_reserve,
@@ -349,9 +368,32 @@ constexpr Platform kLinux = {
     .advise_hugepage = linux_hugepage,
     .start_thread = linux_start_thread,
     .process_barrier = linux_process_barrier,
+    .wake_one = linux_wake_one,
+    .protect = linux_protect,
+    .move_pages = linux_move_pages,
+    .random = linux_random,
+    .cpu_count = linux_cpu_count,
+    .background_priority = linux_background_priority,
+    .write = linux_write,
+    .dup_fd = linux_dup_fd,
+    .open_append = linux_open_append,
+    .close_fd = linux_close_fd,
+    .process_id = linux_process_id,
+    .wall_clock_ms = linux_wall_clock_ms,
 };
+
+// Zero in .bss (no relocation): nullptr stands for kLinux.
+std::atomic<const Platform*> g_lock_platform{nullptr};
+
 }  // namespace
 
 const Platform& linux_platform() { return kLinux; }
+
+const Platform& lock_platform() {
+  const Platform* p = g_lock_platform.load(std::memory_order_relaxed);
+  return p ? *p : kLinux;
+}
+
+void set_lock_platform(const Platform* platform) { g_lock_platform.store(platform, std::memory_order_relaxed); }
 
 }  // namespace lazymalloc::pal

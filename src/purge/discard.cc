@@ -164,7 +164,7 @@ void Discardable::wait_discard(const DiscardBlock* b, uint64_t seen) {
   // if it sees a waiter; all seq_cst, so either it sees us or we see it.
   waiters_.fetch_add(1);
   uint32_t e = epoch_.load();
-  if (b->state.load() == seen) pal::futex_wait(&epoch_, e, -1);
+  if (b->state.load() == seen) platform_->wait(platform_->ctx, &epoch_, e, -1);
   waiters_.fetch_sub(1);
 }
 
@@ -318,7 +318,7 @@ size_t Discardable::discard_batch(Claim* claims, unsigned n, size_t max_range) {
   stats_->add(Stat::discarded_bytes, bytes);
   stats_->add(Stat::discardable_discarded_bytes, bytes);
   epoch_.fetch_add(1);
-  if (waiters_.load()) pal::futex_wake(&epoch_, INT_MAX);
+  if (waiters_.load()) platform_->wake(platform_->ctx, &epoch_);
   return bytes;
 }
 

@@ -6,6 +6,34 @@ namespace lazymalloc {
 
 namespace {
 
+// ---- thresholds (docs/design.md, "Pressure and limits")
+
+// PSI: memory stall time over elapsed time between two checks, in per mille,
+// at or above which the system is under pressure: 75 = 7.5%, the 150 ms in
+// 2 s of the usual PSI trigger (a userspace OOM killer's first level).
+constexpr uint64_t kPsiStallPerMille = 75;
+
+// A fraction of a limit, computed as `limit / den * num` (no overflow for any
+// 64-bit limit; the rounding is below a page for any real limit).
+struct Share {
+  uint64_t num, den;
+  uint64_t of(uint64_t limit) const { return limit / den * num; }
+};
+// cgroup: usage over 90% of the cgroup's limit (memory.max or memory.high,
+// or v1's limit_in_bytes) is pressure, and relief aims at 85%: a 5% band,
+// so that one relief is not followed by the next at the following check,
+// and well below the kernel's own reclaim at the limit.
+constexpr Share kCgroupTrigger{9, 10};
+constexpr Share kCgroupTarget{17, 20};
+// The system (/proc/meminfo): less than 1/32 of MemTotal available is
+// pressure (about where the kernel starts direct reclaim on a machine of a
+// few GiB), and relief aims at 1/16 available: twice the trigger.
+constexpr uint64_t kMeminfoTriggerDiv = 32;
+constexpr uint64_t kMeminfoTargetDiv = 16;
+// cgroup v1 reports "no limit" as a number near 2^63 (page-rounded
+// LONG_MAX); anything from 2^60 (1 EiB) on is taken as none.
+constexpr uint64_t kNoLimitFrom = uint64_t(1) << 60;
+
 bool starts_with(const char* s, const char* prefix) {
   while (*prefix) {
     if (*s++ != *prefix++) return false;
@@ -75,7 +103,7 @@ uint64_t parse_limit(const char* text) {
   if (starts_with(text, "max")) return 0;
   bool ok;
   uint64_t v = parse_u64(text, &ok);
-  if (!ok || v >= (uint64_t(1) << 60)) return 0;  // v1 "unlimited" is ~2^63
+  if (!ok || v >= kNoLimitFrom) return 0;
   return v;
 }
 
@@ -189,9 +217,8 @@ bool PressureMonitor::read_psi(uint64_t now) {
   }
   bool stalled = false;
   if (psi_ns_ && now > psi_ns_ && total >= psi_total_us_) {
-    // Stall time over elapsed time, in per mille: 75 = 7.5% (the 150 ms in
-    // 2 s of the usual PSI trigger).
-    stalled = (total - psi_total_us_) * 1000 * 1000 >= (now - psi_ns_) * 75;
+    // Stall time (us) over elapsed time (ns), in per mille.
+    stalled = (total - psi_total_us_) * 1000 * 1000 >= (now - psi_ns_) * kPsiStallPerMille;
   }
   psi_total_us_ = total;
   psi_ns_ = now;
@@ -261,8 +288,8 @@ PressureRequest PressureMonitor::check(uint64_t now, uint64_t footprint, uint64_
         w.finish();
         bool ok;
         uint64_t current = read_u64(path, &ok);
-        if (ok && current > limit / 10 * 9) {
-          want(PressureSource::kCgroup, current - limit / 20 * 17);
+        if (ok && current > kCgroupTrigger.of(limit)) {
+          want(PressureSource::kCgroup, current - kCgroupTarget.of(limit));
         }
       }
     }
@@ -271,8 +298,8 @@ PressureRequest PressureMonitor::check(uint64_t now, uint64_t footprint, uint64_
       uint64_t total = 0, avail = 0;
       if (platform_->read_file(platform_->ctx, "/proc/meminfo", text, sizeof text) > 0 &&
           parse_meminfo(text, "MemTotal", &total) && parse_meminfo(text, "MemAvailable", &avail) &&
-          avail < total / 32) {
-        want(PressureSource::kMeminfo, total / 16 - avail);
+          avail < total / kMeminfoTriggerDiv) {
+        want(PressureSource::kMeminfo, total / kMeminfoTargetDiv - avail);
       }
     }
   }

@@ -299,7 +299,7 @@ uint64_t Purger::next_due(uint64_t now) {
     uint64_t lazy = backend_->next_lazy_ns(lazy_select(policy, now, last, true));
     if (lazy < due) due = lazy;
   }
-  uint64_t heaps = heap_due_ns_.load(std::memory_order_relaxed);
+  uint64_t heaps = ~heap_due_inv_.load(std::memory_order_relaxed);
   if (heaps < due) due = heaps;
   uint64_t held = held_free();
   if (held && checks_wanted()) {
@@ -326,8 +326,8 @@ void Purger::tick(uint64_t now) {
     PurgeSelect sel = decay_select(policy, now, backend_->last_activity_ns(), true);
     uint64_t span_idle = policy == kPurgeNever ? kNever : sel.min_age_partial_ns;
     uint64_t until = sel.hysteresis ? sel.idle_ns : 0;
-    heap_due_ns_.store(heap_collector_(now, uint64_t(option(Opt::decay_ms)) * kMs, span_idle, until),
-                       std::memory_order_relaxed);
+    heap_due_inv_.store(~heap_collector_(now, uint64_t(option(Opt::decay_ms)) * kMs, span_idle, until),
+                        std::memory_order_relaxed);
   }
   uint64_t held = held_free();
   bool files = held && checks_wanted() &&
@@ -350,8 +350,9 @@ void Purger::tick(uint64_t now) {
 
 void Purger::heap_work_arrived(uint64_t now) {
   uint64_t due = now + uint64_t(option(Opt::decay_ms)) * kMs;
-  uint64_t cur = heap_due_ns_.load(std::memory_order_relaxed);
-  while (due < cur && !heap_due_ns_.compare_exchange_weak(cur, due, std::memory_order_relaxed)) {
+  // Earlier deadlines are larger complemented.
+  uint64_t cur = heap_due_inv_.load(std::memory_order_relaxed);
+  while (~due > cur && !heap_due_inv_.compare_exchange_weak(cur, ~due, std::memory_order_relaxed)) {
   }
   wakeup_.poke(platform_, due);
 }

@@ -202,7 +202,10 @@ class Purger {
   Stats* stats_ = nullptr;
   Discardable* discard_ = nullptr;
   HeapCollector heap_collector_ = nullptr;
-  std::atomic<uint64_t> heap_due_ns_{kNoDeadline};  // the collector's next deadline
+  // The collector's next deadline, stored complemented so that "none"
+  // (kNoDeadline) is 0: the process-wide allocator, of which the Purger is
+  // part, stays zero-initialised (.bss, not 260 KB of .data).
+  std::atomic<uint64_t> heap_due_inv_{0};
   Mutex lock_;  // one purge pass at a time
   PressureMonitor pressure_;
   std::atomic<bool> free_unsupported_{false};

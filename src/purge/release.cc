@@ -10,12 +10,12 @@ constexpr int64_t kWorkerIdleNs = 1000000000;  // a worker exits after 1 s witho
 constexpr int64_t kWaitSliceNs = 10000000;     // help(true) rechecks every 10 ms
 }  // namespace
 
-void Releaser::init(Backend* backend, Purger* purger, const Platform* platform, Stats* stats,
-                    unsigned cpus) {
+void Releaser::init(Backend* backend, Purger* purger, const Platform* platform, Stats* stats) {
   backend_ = backend;
   purger_ = purger;
   platform_ = platform;
   stats_ = stats;
+  unsigned cpus = platform->cpu_count(platform->ctx);
   cpus_ = cpus ? cpus : 1;
 }
 
@@ -74,7 +74,7 @@ void Releaser::submit(const SlotRun& run, bool dontneed, uint64_t now) {
     help(false);  // nobody else will
     return;
   }
-  pal::futex_wake(&work_seq_, int(cpus_));
+  platform_->wake(platform_->ctx, &work_seq_);  // at most cpus_ workers wait there
   uint64_t backlog = uint64_t(option(Opt::release_backlog));
   while (inflight_bytes() > backlog && run_one(true)) {
   }
@@ -133,7 +133,7 @@ bool Releaser::run_one(bool helper) {
     stats_->sub(Stat::release_inflight_bytes, bytes);
   }
   settle_seq_.fetch_add(1, std::memory_order_release);
-  if (settle_waiters_.load(std::memory_order_acquire)) pal::futex_wake(&settle_seq_, 1 << 30);
+  if (settle_waiters_.load(std::memory_order_acquire)) platform_->wake(platform_->ctx, &settle_seq_);
   return true;
 }
 
@@ -146,7 +146,7 @@ void Releaser::help(bool wait) {
     if (inflight_bytes() == 0) return;
     // Chunks claimed by workers are still being advised: wait for them.
     settle_waiters_.fetch_add(1, std::memory_order_acq_rel);
-    if (inflight_bytes() != 0) pal::futex_wait(&settle_seq_, seq, kWaitSliceNs);
+    if (inflight_bytes() != 0) platform_->wait(platform_->ctx, &settle_seq_, seq, kWaitSliceNs);
     settle_waiters_.fetch_sub(1, std::memory_order_acq_rel);
   }
 }
@@ -154,11 +154,12 @@ void Releaser::help(bool wait) {
 void* Releaser::worker_main(void* arg) {
   auto* self = static_cast<Releaser*>(arg);
   Stats* stats = self->stats_;
-  pal::set_background_priority();
+  const Platform* p = self->platform_;
+  p->background_priority(p->ctx);
   for (;;) {
     uint32_t seq = self->work_seq_.load(std::memory_order_acquire);
     if (self->run_one(false)) continue;
-    pal::futex_wait(&self->work_seq_, seq, kWorkerIdleNs);
+    p->wait(p->ctx, &self->work_seq_, seq, kWorkerIdleNs);
     if (self->work_seq_.load(std::memory_order_acquire) != seq) continue;
     // A second without new work: exit unless some arrived meanwhile (ensure_workers
     // starts another worker after queueing, so no job is left without one).

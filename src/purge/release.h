@@ -48,9 +48,9 @@ class Releaser {
 
   constexpr Releaser() = default;
 
-  // Workers are started with platform->start_thread; `cpus` bounds their
-  // number.
-  void init(Backend* backend, Purger* purger, const Platform* platform, Stats* stats, unsigned cpus);
+  // Workers are started with platform->start_thread; the platform's CPU
+  // count (1 if it cannot tell) bounds their number.
+  void init(Backend* backend, Purger* purger, const Platform* platform, Stats* stats);
 
   // Takes over a run from Backend::release_huge.  Returns once the run is
   // queued, unless the backlog is over release_backlog or no worker can run

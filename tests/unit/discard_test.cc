@@ -263,7 +263,8 @@ TEST_F(DiscardTest, FreeingADiscardedBlockSettlesTheGauges) {
 }
 
 // A platform whose advise() runs a hook first: a lock issued while the
-// discarder is inside madvise must wait for it and report DISCARDED.
+// discarder is inside madvise must wait for it and report DISCARDED.  Its
+// futex wait and wake are the real ones: the test sees the waiter asleep.
 struct HookPlatform {
   test::FakePlatform* fake;
   std::function<void()> hook;
@@ -281,6 +282,9 @@ struct HookPlatform {
       const Platform* real = static_cast<HookPlatform*>(ctx)->fake->get();
       return real->now_ns(real->ctx);
     };
+    p.wait = pal::linux_platform().wait;
+    p.wake = pal::linux_platform().wake;
+    p.wake_one = pal::linux_platform().wake_one;
   }
 };
 

@@ -72,6 +72,18 @@ class FakePlatform {
         .advise_hugepage = &hugepage,
         .start_thread = &start_thread,
         .process_barrier = &process_barrier,
+        .wake_one = &wake_one,
+        .protect = &protect,
+        .move_pages = &move_pages,
+        .random = &random,
+        .cpu_count = &cpu_count,
+        .background_priority = &background_priority,
+        .write = &write,
+        .dup_fd = &dup_fd,
+        .open_append = &open_append,
+        .close_fd = &close_fd,
+        .process_id = &process_id,
+        .wall_clock_ms = &wall_clock_ms,
     };
   }
   const Platform* get() const { return &platform_; }
@@ -87,6 +99,16 @@ class FakePlatform {
   Fault read_fault;     // file reads (fail: the file is missing)
   Fault thread_fault;   // thread creation
   Fault barrier_fault;  // membarrier (registration or barrier): the real one unless it fails
+  Fault protect_fault;  // mprotect (guard pages): the real one unless it fails
+  Fault move_fault;     // mremap (huge realloc): the real one unless it fails
+  Fault random_fault;   // getrandom: a failing call returns 0 (no entropy)
+  Fault cpu_fault;      // CPU count: a failing call returns 0 (unknown)
+  Fault dup_fault;      // dup of a descriptor: a failing call returns the fd itself
+  Fault open_fault;     // opening a statistics file: a failing call returns -EACCES
+  uint64_t wall_ms = 1'700'000'000'000;  // the wall clock a report names
+  Fault write_fault;    // write to a descriptor: a failing call writes nothing
+  unsigned cpus = 4;    // what cpu_count() reports
+  uint64_t random_value = 0x9e3779b97f4a7c15;  // what random() returns (then steps)
   size_t vector_short_by = 0;  // process_madvise reports this many bytes fewer (partial)
   int fail_free_with = 0;      // errno to return for MADV_FREE (0 = succeed)
   int fail_dontneed_with = 0;  // errno to return for MADV_DONTNEED
@@ -126,6 +148,16 @@ class FakePlatform {
   std::vector<int64_t> waits;
   size_t waits_woken = 0;  // waits that found the word changed (woken)
   size_t wakes = 0;        // Platform::wake calls
+  size_t wake_ones = 0;    // Platform::wake_one calls
+  size_t protects = 0;     // Platform::protect calls that succeeded
+  size_t moves = 0;        // Platform::move_pages calls that succeeded
+  size_t randoms = 0;      // Platform::random calls
+  size_t background_priorities = 0;  // Platform::background_priority calls
+  std::string written;     // what Platform::write wrote (it writes for real too)
+  // Held while wait, wake, wake_one and background_priority record (they
+  // may run on other threads); a test reading those records while such a
+  // thread may still run takes it too.
+  std::mutex& records_lock() { return wait_lock_; }
   std::function<void()> on_wait;
   uint64_t cpu_ns = 0;     // Platform::thread_cpu_ns
   size_t advised_bytes(Advice a) const {
@@ -138,7 +170,7 @@ class FakePlatform {
   static FakePlatform* self(void* ctx) { return static_cast<FakePlatform*>(ctx); }
   static bool process_barrier(void* ctx, bool setup) {
     if (self(ctx)->barrier_fault.hit()) return false;
-    return pal::process_barrier(setup);
+    return real().process_barrier(nullptr, setup);
   }
   static void* reserve(void* ctx, size_t size, size_t align) {
     FakePlatform* f = self(ctx);
@@ -150,7 +182,7 @@ class FakePlatform {
       f->reserve_at = nullptr;
       if (p == MAP_FAILED) return nullptr;
     } else {
-      p = pal::map(size, align);
+      p = real().reserve(nullptr, size, align);
       if (!p) return nullptr;
     }
     f->reserves++;
@@ -161,14 +193,14 @@ class FakePlatform {
   static void* map(void* ctx, size_t size) {
     FakePlatform* f = self(ctx);
     if (f->map_fault.hit(size)) return nullptr;
-    void* p = pal::map(size, 4096);
+    void* p = real().map(nullptr, size);
     if (p) f->mapped_bytes += size;
     return p;
   }
   static void unmap(void* ctx, void* addr, size_t size) {
     FakePlatform* f = self(ctx);
     f->unmaps.emplace_back(addr, size);
-    pal::unmap(addr, size);
+    real().unmap(nullptr, addr, size);
   }
   int advice_error(Advice a) {
     int rc = a == Advice::kFree ? fail_free_with : fail_dontneed_with;
@@ -221,9 +253,13 @@ class FakePlatform {
   }
   static void wait(void* ctx, std::atomic<uint32_t>* word, uint32_t expected, int64_t ns) {
     FakePlatform* f = self(ctx);
-    f->waits.push_back(ns < 0 ? -1 : ns);
-    if (f->on_wait) f->on_wait();
+    {
+      std::lock_guard<std::mutex> guard(f->wait_lock_);  // a Mutex or a waiter on another thread
+      f->waits.push_back(ns < 0 ? -1 : ns);
+    }
+    if (f->on_wait) f->on_wait();  // (may wake: not under the lock)
     if (word->load() != expected) {
+      std::lock_guard<std::mutex> guard(f->wait_lock_);
       f->waits_woken++;
       return;
     }
@@ -231,12 +267,63 @@ class FakePlatform {
     f->slept_ns += ns;
     f->now_ns += uint64_t(ns);
   }
-  static void wake(void* ctx, std::atomic<uint32_t>*) { self(ctx)->wakes++; }
+  static void wake(void* ctx, std::atomic<uint32_t>*) {
+    std::lock_guard<std::mutex> guard(self(ctx)->wait_lock_);
+    self(ctx)->wakes++;
+  }
+  static void wake_one(void* ctx, std::atomic<uint32_t>*) {
+    std::lock_guard<std::mutex> guard(self(ctx)->wait_lock_);
+    self(ctx)->wake_ones++;
+  }
+  static const Platform& real() { return pal::linux_platform(); }
+  static bool protect(void* ctx, void* addr, size_t size, bool accessible) {
+    FakePlatform* f = self(ctx);
+    if (f->protect_fault.hit()) return false;
+    if (!real().protect(nullptr, addr, size, accessible)) return false;
+    f->protects++;
+    return true;
+  }
+  static bool move_pages(void* ctx, void* from, size_t len, void* to, bool huge) {
+    FakePlatform* f = self(ctx);
+    if (f->move_fault.hit()) return false;
+    if (!real().move_pages(nullptr, from, len, to, huge)) return false;
+    f->moves++;
+    return true;
+  }
+  static uint64_t random(void* ctx) {
+    FakePlatform* f = self(ctx);
+    f->randoms++;
+    if (f->random_fault.hit()) return 0;
+    uint64_t v = f->random_value;
+    f->random_value = v * 6364136223846793005u + 1442695040888963407u;
+    return v;
+  }
+  static unsigned cpu_count(void* ctx) { return self(ctx)->cpu_fault.hit() ? 0 : self(ctx)->cpus; }
+  static void background_priority(void* ctx) {
+    std::lock_guard<std::mutex> guard(self(ctx)->wait_lock_);  // from worker threads
+    self(ctx)->background_priorities++;
+  }
+  static void write(void* ctx, int fd, const char* buf, size_t len) {
+    FakePlatform* f = self(ctx);
+    if (f->write_fault.hit()) return;
+    f->written.append(buf, len);
+    real().write(nullptr, fd, buf, len);
+  }
+  static int dup_fd(void* ctx, int fd) {
+    return self(ctx)->dup_fault.hit() ? fd : real().dup_fd(nullptr, fd);
+  }
+  static int open_append(void* ctx, const char* path) {
+    return self(ctx)->open_fault.hit() ? -EACCES : real().open_append(nullptr, path);
+  }
+  static void close_fd(void*, int fd) { real().close_fd(nullptr, fd); }
+  static int process_id(void*) { return real().process_id(nullptr); }
+  static uint64_t wall_clock_ms(void* ctx) { return self(ctx)->wall_ms; }
   static uint64_t thread_cpu(void* ctx) { return self(ctx)->cpu_ns; }
   static uint64_t now(void* ctx) { return self(ctx)->now_ns; }
 
   Platform platform_;
   std::mutex advise_lock_;
+  std::mutex wait_lock_;
 };
 
 }  // namespace lazymalloc::test

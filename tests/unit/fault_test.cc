@@ -1,18 +1,24 @@
 // Every error path of the OS effects, injected through the fake platform:
 // arena reservations, metadata mappings (slot records, arena records, page
 // map leaves, span records), madvise and process_madvise failures, thread
-// creation, missing and garbled pressure files.  After each, the backend's
+// creation, missing and garbled pressure files, guard pages (mprotect),
+// page moves (mremap) and the futex locks.  After each, the backend's
 // invariants hold and the allocator works again once the fault is gone.
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 
+#include <cstring>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "backend/backend.h"
 #include "core/options.h"
 #include "fixture.h"
 #include "frontend/heap.h"
+#include "frontend/internal.h"
+#include "pal/lock.h"
+#include "wait.h"
 #include "purge/purger.h"
 
 namespace lazymalloc {
@@ -373,7 +379,7 @@ TEST_F(FaultTest, BackgroundThreadThatCannotStartDegradesToInlineDecay) {
 // through a fake platform with a clock that runs from the real one.
 TEST(FaultFrontend, FreeDecaysInlineWhenTheBackgroundThreadCannotStart) {
   static test::FakePlatform fake;
-  fake.now_ns = pal::now_ns() + 1'000'000'000;
+  fake.now_ns = pal::linux_platform().now_ns(nullptr) + 1'000'000'000;
   fake.thread_fault.fail_every(EAGAIN);
   option_set(unsigned(Opt::background), 1);
   option_set(unsigned(Opt::background_interval_ms), 100);
@@ -404,6 +410,119 @@ TEST(FaultFrontend, FreeDecaysInlineWhenTheBackgroundThreadCannotStart) {
   EXPECT_EQ(lm_check_invariants(), nullptr);
   lm_set_platform(&pal::linux_platform());
   option_set(unsigned(Opt::huge_retain), retain);
+}
+
+// Secure mode's guard page (alloc_large): an mprotect that fails leaves the
+// block without one, and its free unprotects nothing; one that works
+// protects the page below which the block ends, and free unprotects it.
+TEST(FaultFrontend, GuardPageThatCannotBeProtectedIsLeftOut) {
+  static test::FakePlatform fake;
+  fake.now_ns = pal::linux_platform().now_ns(nullptr) + 1'000'000'000;
+  fake.thread_fault.fail_every(EAGAIN);
+  lm_free(lm_malloc(16));  // initialised with the real platform first
+  lm_set_platform(fake.get());
+  bool secure = detail::g_secure;
+  detail::g_secure = true;  // (only alloc_large and free_generic run meanwhile)
+  constexpr size_t kSize = 300 << 10;
+  fake.protect_fault.fail_nth(1);
+  void* p = detail::alloc_large(kSize, 16, nullptr);
+  ASSERT_NE(p, nullptr);
+  Span* s = detail::g.backend.span_of(p);
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(fake.protect_fault.failures, 1u);
+  EXPECT_EQ(s->guard, 0u);
+  memset(p, 1, kSize);
+  detail::free_generic(s, p);
+  EXPECT_EQ(fake.protects, 0u);
+  void* q = detail::alloc_large(kSize, 16, nullptr);
+  ASSERT_NE(q, nullptr);
+  Span* t = detail::g.backend.span_of(q);
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(t->guard, 1u);
+  EXPECT_EQ(fake.protects, 1u);
+  EXPECT_LE(static_cast<char*>(q) + kSize, t->start + t->bytes - kOsPageSize);
+  memset(q, 1, kSize);
+  detail::free_generic(t, q);
+  EXPECT_EQ(fake.protects, 2u);  // unprotected before the span went back
+  detail::g_secure = secure;
+  EXPECT_EQ(lm_check_invariants(), nullptr);
+  lm_set_platform(&pal::linux_platform());
+}
+
+// realloc of a huge block that cannot grow in place moves its pages
+// (mremap); if the move fails it copies them instead, and nothing counts a
+// move.
+TEST(FaultFrontend, HugeReallocCopiesWhenThePagesCannotMove) {
+  static test::FakePlatform fake;
+  fake.now_ns = pal::linux_platform().now_ns(nullptr) + 1'000'000'000;
+  fake.thread_fault.fail_every(EAGAIN);
+  int64_t retain = option(Opt::huge_retain);
+  option_set(unsigned(Opt::huge_retain), int64_t(1) << 50);  // no release workers
+  lm_free(lm_malloc(16));
+  lm_set_platform(fake.get());
+  constexpr size_t kBlock = 4 << 20;
+  // A block followed directly by another cannot grow in place.
+  std::vector<void*> blocks;
+  char* p = nullptr;
+  for (int i = 0; i < 16 && !p; ++i) {
+    void* b = lm_malloc(kBlock);
+    ASSERT_NE(b, nullptr);
+    for (void* a : blocks) {
+      if (static_cast<char*>(a) + kBlock == b) p = static_cast<char*>(a);
+    }
+    blocks.push_back(b);
+  }
+  ASSERT_NE(p, nullptr);
+  std::erase(blocks, p);
+  for (size_t i = 0; i < kBlock; i += 4096) p[i] = char(i >> 12);
+  uint64_t moves = test::lm_stat("mremap_moves");
+  fake.move_fault.fail_nth(1);
+  char* q = static_cast<char*>(lm_realloc(p, 3 * kBlock));
+  ASSERT_NE(q, nullptr);
+  EXPECT_EQ(fake.move_fault.failures, 1u);
+  EXPECT_EQ(fake.moves, 0u);
+  EXPECT_EQ(test::lm_stat("mremap_moves"), moves);
+  size_t wrong = 0;
+  for (size_t i = 0; i < kBlock; i += 4096) wrong += q[i] != char(i >> 12);
+  EXPECT_EQ(wrong, 0u);
+  lm_free(q);
+  for (void* b : blocks) lm_free(b);
+  EXPECT_EQ(lm_check_invariants(), nullptr);
+  lm_set_platform(&pal::linux_platform());
+  option_set(unsigned(Opt::huge_retain), retain);
+}
+
+// The process-wide locks sleep and hand over through the lock platform.
+// The fake's wait returns at once (a spurious wake-up): the waiter only
+// tries again, and gets the lock once it is free.
+TEST(FaultPlatform, MutexWaitsAndHandsOverThroughTheLockPlatform) {
+  test::FakePlatform fake;
+  pal::set_lock_platform(fake.get());
+  Mutex m;
+  m.lock();
+  std::atomic<bool> got{false};
+  std::thread t([&] {
+    m.lock();
+    got = true;
+    m.unlock();
+  });
+  bool waited = lmt::WaitFor([&] {
+    std::lock_guard<std::mutex> guard(fake.records_lock());
+    return !fake.waits.empty();
+  });
+  EXPECT_TRUE(waited);
+  EXPECT_FALSE(got.load());
+  m.unlock();
+  t.join();
+  pal::set_lock_platform(nullptr);
+  EXPECT_TRUE(got.load());
+  // The unlock that found the waiter, and the waiter's own: it took the
+  // lock marked contended.
+  EXPECT_EQ(fake.wake_ones, 2u);
+  EXPECT_EQ(fake.wakes, 0u);
+  size_t timed = 0;
+  for (int64_t w : fake.waits) timed += w != -1;
+  EXPECT_EQ(timed, 0u);  // a lock waits without a timeout
 }
 
 // ------------------------------------------------------------ pressure files

@@ -41,7 +41,8 @@ class ReleaseTest : public test::PurgeFixture {
   }
   void make(unsigned cpus = 2, const Platform* platform = nullptr) {
     releaser = std::make_unique<Releaser>();
-    releaser->init(backend.get(), purger.get(), platform ? platform : fake.get(), stats.get(), cpus);
+    fake.cpus = cpus;  // the releaser asks the platform
+    releaser->init(backend.get(), purger.get(), platform ? platform : fake.get(), stats.get());
   }
   // Frees a huge span the way free() does; true if it was kept.
   bool free_huge(Span* s, bool submit = true) {
@@ -191,6 +192,32 @@ TEST_F(ReleaseTest, WorkersAreBoundedByTheCpus) {
   EXPECT_EQ(releaser->workers(), 3u);
 }
 
+// A platform that cannot count its CPUs (0) leaves one worker.
+TEST_F(ReleaseTest, UnknownCpuCountMeansOneWorker) {
+  set(Opt::release_workers, 8);
+  fake.cpu_fault.fail_every();
+  make(3);
+  EXPECT_EQ(fake.cpu_fault.failures, 1u);
+  free_huge(backend->alloc(8 * kMiB, 16));
+  EXPECT_EQ(fake.threads_started, 1u);
+  EXPECT_EQ(releaser->workers(), 1u);
+}
+
+// Worker threads lower their priority through the platform.
+TEST_F(ReleaseTest, WorkersLowerTheirPriorityThroughThePlatform) {
+  Platform with_threads = *fake.get();
+  with_threads.start_thread = real_start;
+  with_threads.wait = pal::linux_platform().wait;
+  with_threads.wake = pal::linux_platform().wake;
+  make(1, &with_threads);
+  free_huge(backend->alloc(8 * kMiB, 16));
+  releaser->help(true);
+  EXPECT_EQ(st(Stat::release_inflight_bytes), 0u);
+  ASSERT_TRUE(lmt::WaitFor([&] { return releaser->workers() == 0; })) << releaser->workers() << " workers left";
+  std::lock_guard<std::mutex> guard(fake.records_lock());
+  EXPECT_EQ(fake.background_priorities, 1u);
+}
+
 TEST_F(ReleaseTest, BacklogMakesFreeHelp) {
   set(Opt::release_backlog, 16 * kMiB);
   make();
@@ -256,6 +283,9 @@ TEST_F(ReleaseTest, RealWorkersReleaseBlocksFreedByManyThreads) {
   purger->init(backend.get(), fake.get(), stats.get());
   Platform with_threads = *fake.get();
   with_threads.start_thread = real_start;
+  // Real threads sleep and wake for real (the fake's wait advances its clock).
+  with_threads.wait = pal::linux_platform().wait;
+  with_threads.wake = pal::linux_platform().wake;
   make(2, &with_threads);
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t) {

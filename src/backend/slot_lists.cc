@@ -1,0 +1,158 @@
+// The backend's slot lists: free slot runs in size bins (boundary tags,
+// coalescing, best fit), the dirty list (RETAINED units, oldest free
+// first), the lazy list (LAZY units, oldest first) and the partial list
+// (slots cut into units with free units).
+#include "backend/backend.h"
+
+#include <cstring>
+
+#include "core/bits.h"
+#include "core/options.h"
+
+namespace lazymalloc {
+
+unsigned Backend::bin_of(size_t n) {
+  if (n <= 32) return unsigned(n - 1);
+  unsigned b = 32 + log2_floor(n - 1) - 5;
+  return b < kBins ? b : kBins - 1;
+}
+
+void Backend::bin_push(SlotMeta* head) {
+  unsigned b = bin_of(head->run_len);
+  head->free_prev = nullptr;
+  head->free_next = bins_[b];
+  if (bins_[b]) bins_[b]->free_prev = head;
+  bins_[b] = head;
+  bin_mask_ |= uint64_t(1) << b;
+}
+
+void Backend::bin_unlink(SlotMeta* head) {
+  unsigned b = bin_of(head->run_len);
+  if (head->free_prev) {
+    head->free_prev->free_next = head->free_next;
+  } else {
+    bins_[b] = head->free_next;
+    if (!bins_[b]) bin_mask_ &= ~(uint64_t(1) << b);
+  }
+  if (head->free_next) head->free_next->free_prev = head->free_prev;
+  head->free_next = head->free_prev = nullptr;
+}
+
+void Backend::insert_free_run(SlotMeta* first, size_t n) {
+  for (size_t i = 0; i < n; ++i) first[i].kind = SlotKind::kFree;
+  SlotMeta* head = first;
+  size_t len = n;
+  SlotMeta* left = neighbor(first, -1);
+  if (left && left->kind == SlotKind::kFree) {
+    size_t ll = left->run_len;
+    SlotMeta* lh = left - (ll - 1);
+    bin_unlink(lh);
+    head = lh;
+    len += ll;
+  }
+  SlotMeta* right = neighbor(first, ptrdiff_t(n));
+  if (right && right->kind == SlotKind::kFree) {
+    size_t rl = right->run_len;
+    bin_unlink(right);
+    len += rl;
+  }
+  head->run_len = uint32_t(len);
+  head[len - 1].run_len = uint32_t(len);
+  bin_push(head);
+}
+
+SlotMeta* Backend::take_free_run(size_t n) {
+  unsigned b = bin_of(n);
+  if (b < 32) {
+    // Exact bins: every run in bin b' >= b is long enough.
+    uint64_t m = bin_mask_ & (~uint64_t(0) << b) & 0xffffffffull;
+    if (m) return bins_[__builtin_ctzll(m)];
+    b = 32;
+  }
+  for (; b < kBins; ++b) {
+    if (!(bin_mask_ & (uint64_t(1) << b))) continue;
+    for (SlotMeta* h = bins_[b]; h; h = h->free_next) {
+      if (h->run_len >= n) return h;
+    }
+  }
+  return nullptr;
+}
+
+void Backend::carve_run(SlotMeta* head, size_t n) {
+  bin_unlink(head);
+  size_t len = head->run_len;
+  for (size_t i = 0; i < n; ++i) head[i].kind = SlotKind::kHuge;
+  if (len > n) {
+    SlotMeta* rest = head + n;
+    rest->run_len = uint32_t(len - n);
+    head[len - 1].run_len = uint32_t(len - n);
+    bin_push(rest);
+  }
+}
+
+// ---------------------------------------------------------- lists
+
+void Backend::dirty_remove(SlotMeta* m) {
+  if (!m->in_dirty) return;
+  if (m->dirty_prev) m->dirty_prev->dirty_next = m->dirty_next; else dirty_head_ = m->dirty_next;
+  if (m->dirty_next) m->dirty_next->dirty_prev = m->dirty_prev; else dirty_tail_ = m->dirty_prev;
+  m->dirty_next = m->dirty_prev = nullptr;
+  m->in_dirty = false;
+}
+
+void Backend::dirty_touch(SlotMeta* m, uint64_t now) {
+  dirty_remove(m);
+  m->free_ns = now;
+  m->suppressed = false;
+  if (!m->retained) return;  // the dirty list holds only slots with RETAINED units
+  m->dirty_prev = dirty_tail_;
+  m->dirty_next = nullptr;
+  if (dirty_tail_) dirty_tail_->dirty_next = m; else dirty_head_ = m;
+  dirty_tail_ = m;
+  m->in_dirty = true;
+}
+
+void Backend::lazy_remove(SlotMeta* m) {
+  if (!m->lazy) lazy_unlink(m);
+}
+
+void Backend::lazy_unlink(SlotMeta* m) {
+  if (!m->in_lazy) return;
+  if (m->lazy_prev) m->lazy_prev->lazy_next = m->lazy_next; else lazy_head_ = m->lazy_next;
+  if (m->lazy_next) m->lazy_next->lazy_prev = m->lazy_prev; else lazy_tail_ = m->lazy_prev;
+  m->lazy_next = m->lazy_prev = nullptr;
+  m->in_lazy = false;
+}
+
+void Backend::lazy_touch(SlotMeta* m, uint64_t now) {
+  // To the tail with the new stamp: the list stays ordered by lazy_ns (the
+  // slot's older LAZY units wait with its newest, as free_ns does).
+  lazy_unlink(m);
+  // Stamps taken by threads before the lock may arrive out of order.
+  if (lazy_tail_ && now < lazy_tail_->lazy_ns) now = lazy_tail_->lazy_ns;
+  m->lazy_ns = now;
+  if (!m->lazy) return;
+  m->lazy_prev = lazy_tail_;
+  m->lazy_next = nullptr;
+  if (lazy_tail_) lazy_tail_->lazy_next = m; else lazy_head_ = m;
+  lazy_tail_ = m;
+  m->in_lazy = true;
+}
+
+void Backend::partial_add(SlotMeta* m) {
+  if (m->in_partial) return;
+  m->part_prev = nullptr;
+  m->part_next = partial_;
+  if (partial_) partial_->part_prev = m;
+  partial_ = m;
+  m->in_partial = true;
+}
+
+void Backend::partial_remove(SlotMeta* m) {
+  if (!m->in_partial) return;
+  if (m->part_prev) m->part_prev->part_next = m->part_next; else partial_ = m->part_next;
+  if (m->part_next) m->part_next->part_prev = m->part_prev;
+  m->part_next = m->part_prev = nullptr;
+  m->in_partial = false;
+}
+}  // namespace lazymalloc
