@@ -38,18 +38,25 @@ std::string exe_dir() {
   return slash == std::string::npos ? std::string() : path.substr(0, slash);
 }
 
+// Where to look when neither --lib nor $LAZYMALLOC_LIB names the library:
+// next to this executable first (the build tree keeps both at its top; an
+// install, wherever its prefix was moved, has it in ../LIBDIR), then the
+// build tree and the install prefix compiled in.
 std::vector<std::pair<std::string, std::string>> default_libraries() {
   std::vector<std::pair<std::string, std::string>> d;
+  if (const std::string dir = exe_dir(); !dir.empty()) {
+    d.emplace_back("next to lazymalloc-run", dir + "/liblazymalloc.so");
+#ifdef LAZYMALLOC_RELATIVE_LIBDIR
+    d.emplace_back("next to lazymalloc-run", dir + "/../" LAZYMALLOC_RELATIVE_LIBDIR "/liblazymalloc.so");
+#endif
+    d.emplace_back("next to lazymalloc-run", dir + "/../lib/liblazymalloc.so");
+  }
 #ifdef LAZYMALLOC_DEFAULT_LIB
   d.emplace_back("build tree", LAZYMALLOC_DEFAULT_LIB);
 #endif
 #ifdef LAZYMALLOC_INSTALLED_LIB
   d.emplace_back("installed", LAZYMALLOC_INSTALLED_LIB);
 #endif
-  if (const std::string dir = exe_dir(); !dir.empty()) {
-    d.emplace_back("next to lazymalloc-run", dir + "/liblazymalloc.so");
-    d.emplace_back("next to lazymalloc-run", dir + "/../lib/liblazymalloc.so");
-  }
   return d;
 }
 
