@@ -5,12 +5,12 @@
 # Usage: tools/deps.sh [--with-peers] [--require] [EXTRA-PACKAGE...]
 set -euo pipefail
 pkgs=(cmake g++ make libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev python3 time procps
-      git sqlite3 gawk clang libclang-rt-14-dev nlohmann-json3-dev)
+      git sqlite3 gawk clang libclang-rt-14-dev nlohmann-json3-dev pkgconf gnuplot-nox)
 require=0
 while (($#)); do
   case "$1" in
     --with-peers)
-      pkgs+=(libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0 libtbbmalloc2 gnuplot-nox linux-perf strace)
+      pkgs+=(libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0 libtbbmalloc2 linux-perf strace)
       ;;
     --require) require=1 ;;
     *) pkgs+=("$1") ;;

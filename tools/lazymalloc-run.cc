@@ -24,6 +24,7 @@
 #include "lazymalloc-run-args.h"
 #include "lazymalloc/version.h"
 #include "option-table.h"
+#include "timeline.h"
 
 namespace {
 
@@ -66,6 +67,27 @@ std::string absolute(const std::string& path) {
   return path;
 }
 
+// Replaces this process with the program; returns the wrapper's exit status
+// when that fails.
+int exec_program(const std::vector<std::string>& program) {
+  namespace lr = lazymalloc_run;
+  std::vector<char*> cargv;
+  for (const auto& a : program) cargv.push_back(const_cast<char*>(a.c_str()));
+  cargv.push_back(nullptr);
+  std::cout.flush();
+  ::execvp(cargv[0], cargv.data());
+  const int err = errno;
+  if (err == ENOENT || err == ENOTDIR) {
+    if (program[0].find('/') == std::string::npos)
+      std::cerr << kName << ": " << program[0] << ": command not found\n";
+    else
+      std::cerr << kName << ": " << program[0] << ": " << std::strerror(err) << '\n';
+    return lr::kExitNotFound;
+  }
+  std::cerr << kName << ": cannot execute " << program[0] << ": " << std::strerror(err) << '\n';
+  return lr::kExitCannotExec;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -92,6 +114,16 @@ int main(int argc, char** argv) {
                "Print every lazymalloc option (name, default, description, values) and exit; "
                "--list-options=markdown prints the table of docs/options.md");
   app.add_flag("--version", version, "Print the version and exit");
+  lr::TimelineRequest timeline;
+  app.add_option("--timeline", timeline.tsv_path,
+                 "Run PROGRAM as a child and sample its memory into FILE (TSV) every --interval: Rss, LazyFree, "
+                 "AnonHugePages and lazymalloc's gauges (active, retained, lazy)")
+      ->type_name("FILE");
+  auto* plot = app.add_option("--plot", timeline.svg_path, "With --timeline: draw the samples into FILE (SVG, gnuplot)")
+                   ->type_name("FILE");
+  app.add_option("--interval", timeline.interval_ms, "With --timeline: milliseconds between samples (default 100)")
+      ->check(CLI::Range(1u, 60000u))
+      ->type_name("MS");
   app.footer(
       "Exit status: PROGRAM's own (the wrapper execs it, so a signal that kills PROGRAM kills it as seen by the\n"
       "caller; a shell reports 128+N). Wrapper errors: 2 usage, 126 library missing or PROGRAM not executable,\n"
@@ -102,6 +134,10 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : lr::kExitUsage;
+  }
+  if (*plot && timeline.tsv_path.empty()) {
+    std::cerr << kName << ": --plot needs --timeline FILE\n";
+    return lr::kExitUsage;
   }
   if (version) {
     std::cout << kName << " " << LAZYMALLOC_VERSION << '\n';
@@ -178,19 +214,6 @@ int main(int argc, char** argv) {
       return lr::kExitUsage;
     }
   }
-  std::vector<char*> cargv;
-  for (auto& a : program) cargv.push_back(a.data());
-  cargv.push_back(nullptr);
-  std::cout.flush();
-  ::execvp(cargv[0], cargv.data());
-  const int err = errno;
-  if (err == ENOENT || err == ENOTDIR) {
-    if (program[0].find('/') == std::string::npos)
-      std::cerr << kName << ": " << program[0] << ": command not found\n";
-    else
-      std::cerr << kName << ": " << program[0] << ": " << std::strerror(err) << '\n';
-    return lr::kExitNotFound;
-  }
-  std::cerr << kName << ": cannot execute " << program[0] << ": " << std::strerror(err) << '\n';
-  return lr::kExitCannotExec;
+  if (!timeline.tsv_path.empty()) return lr::run_timeline(timeline, program, exec_program);
+  return exec_program(program);
 }

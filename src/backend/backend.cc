@@ -433,6 +433,7 @@ Span* Backend::alloc(size_t bytes, size_t align, bool growing, bool may_grow) {
   bool units = bytes <= kMaxLarge && align <= kUnitSize;
   size_t taken = units ? align_up(bytes, kUnitSize) : align_up(bytes, kSlotSize);
   LockGuard g(lock_);
+  PublishOnExit publish{this};
   note_activity(now);
   if (!admit(taken)) return nullptr;
   if (units) return alloc_units(unsigned(taken >> kUnitShift), growing, may_grow);
@@ -442,6 +443,7 @@ Span* Backend::alloc(size_t bytes, size_t align, bool growing, bool may_grow) {
 Span* Backend::alloc_units_span(unsigned units) {
   uint64_t now = platform_->now_ns(platform_->ctx);
   LockGuard g(lock_);
+  PublishOnExit publish{this};
   note_activity(now);
   if (units == 0 || units > kUnitsPerSlot || !admit(size_t(units) * kUnitSize)) return nullptr;
   return alloc_units(units, false, true);
@@ -526,6 +528,7 @@ uint64_t Backend::release(Span* s, bool contents_gone) {
   uint64_t now = platform_->now_ns(platform_->ctx);
   {
     LockGuard g(lock_);
+    PublishOnExit publish{this};
     note_activity(now);
     // nslots tells slot runs from unit runs (the frontend relabels kinds).
     if (s->nslots) {
@@ -553,6 +556,7 @@ bool Backend::release_huge(Span* s, uint64_t retain_budget, SlotRun* run, uint64
   bool keep;
   {
     LockGuard g(lock_);
+    PublishOnExit publish{this};
     note_activity(now);
     SlotMeta* first = s->slot;
     size_t n = s->nslots;
@@ -610,6 +614,7 @@ bool Backend::resize(Span* s, size_t bytes) {
   if (bytes == 0 || bytes > kMaxRequest) return false;
   uint64_t now = platform_->now_ns(platform_->ctx);
   LockGuard g(lock_);
+  PublishOnExit publish{this};
   now_ = now;
   if (bytes > s->bytes && !admit(align_up(bytes, kUnitSize) - s->bytes)) return false;
   if (s->kind == SpanKind::kLarge && bytes > kMaxLarge) {
@@ -960,6 +965,7 @@ void Backend::purge_collect_all(const PurgeSelect& sel, PurgeCursor* cur, PurgeB
 void Backend::purge_finish(PurgeBatch* b, bool made_clean, bool failed) {
   uint64_t now = platform_->now_ns(platform_->ctx);
   LockGuard g(lock_);
+  PublishOnExit publish{this};
   auto settle = [&](SlotMeta* s, uint32_t mask, uint32_t was_lazy) {
     if (!mask) return;
     if (failed) {
@@ -1076,6 +1082,22 @@ const char* Backend::check_invariants() {
   if (lazy_flagged != lazy) return "in_lazy flags disagree with the lazy list";
   if (purging != purging_slots_) return "slots left in kPurging (no purge or release holds them)";
   return nullptr;
+}
+
+void Backend::set_timeline(TimelinePage* page) {
+  LockGuard g(lock_);
+  timeline_ = page;
+  if (page) publish_timeline();
+}
+
+void Backend::publish_timeline() {
+  TimelinePage::Gauges v{};
+  v.active = stats_->get(Stat::active_bytes);
+  v.retained = stats_->get(Stat::retained_bytes);
+  v.lazy = stats_->get(Stat::lazy_bytes);
+  v.clean = stats_->get(Stat::clean_bytes);
+  v.reserved = stats_->get(Stat::reserved_bytes);
+  timeline_->publish(v);
 }
 
 MemoryState Backend::memory_state() const {

@@ -108,6 +108,11 @@ bool move_pages(void* from, size_t len, void* to, bool huge);
 void futex_wait(std::atomic<uint32_t>* word, uint32_t expected, int64_t timeout_ns);
 void futex_wake(std::atomic<uint32_t>* word, int count);
 
+// A shared read-write mapping of the first `size` bytes of the file open as
+// `fd` (the timeline page); nullptr on failure (errno preserved).
+void* map_shared_fd(int fd, size_t size);
+// getpid(2).
+long process_id();
 // A close-on-exec duplicate of `fd` numbered 100 or above (fd itself on failure).
 int dup_fd(int fd);
 // Writes the whole buffer to a file descriptor, ignoring errors.

@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -202,6 +203,22 @@ void futex_wake(std::atomic<uint32_t>* word, int count) {
   syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE_PRIVATE, count, nullptr, nullptr, 0);
   errno = saved;
 }
+
+void* map_shared_fd(int fd, size_t size) {
+  int saved = errno;
+  struct stat st;
+  void* p = nullptr;
+  // Only a regular file (or memfd) long enough: touching a mapping past the
+  // end of its file would raise SIGBUS.
+  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size >= off_t(size)) {
+    p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) p = nullptr;
+  }
+  errno = saved;
+  return p;
+}
+
+long process_id() { return long(getpid()); }
 
 int dup_fd(int fd) {
   int saved = errno;
