@@ -101,8 +101,8 @@ int main(int argc, char** argv) {
   std::string stats, list_options;
   bool verbose = false, print_env = false, version = false;
   app.add_option("--lib", lib,
-                 "liblazymalloc.so to preload (default: $LAZYMALLOC_LIB, else the build tree's library, else the "
-                 "installed one)");
+                 "liblazymalloc.so to preload (default: $LAZYMALLOC_LIB, else the one next to lazymalloc-run or in "
+                 "its ../lib, else the build tree's, else the installed one)");
   app.add_option("-o,--option", options, "NAME=VALUE: set lazymalloc option NAME (LAZYMALLOC_NAME=VALUE); repeatable")
       ->allow_extra_args(false)
       ->type_name("NAME=VALUE");
@@ -121,13 +121,14 @@ int main(int argc, char** argv) {
       ->type_name("FILE");
   auto* plot = app.add_option("--plot", timeline.svg_path, "With --timeline: draw the samples into FILE (SVG, gnuplot)")
                    ->type_name("FILE");
-  app.add_option("--interval", timeline.interval_ms, "With --timeline: milliseconds between samples (default 100)")
-      ->check(CLI::Range(1u, 60000u))
+  app.add_option("--interval", timeline.interval_ms,
+                 "With --timeline: milliseconds between samples, 1 to 60000 (default 100)")
+      ->check(CLI::Range(1u, 60000u).description(""))
       ->type_name("MS");
   app.footer(
       "Exit status: PROGRAM's own (the wrapper execs it, so a signal that kills PROGRAM kills it as seen by the\n"
       "caller; a shell reports 128+N). Wrapper errors: 2 usage, 126 library missing or PROGRAM not executable,\n"
-      "127 PROGRAM not found.\n"
+      "127 PROGRAM not found. With --timeline the wrapper stays PROGRAM's parent and exits the same way.\n"
       "Example: lazymalloc-run -o decay_ms=500 --stats=json -- ./server --port 8080");
 
   try {
