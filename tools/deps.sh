@@ -8,12 +8,13 @@ set -euo pipefail
 # `lazybench server` benchmarks, in the base list because bench.server.quick
 # runs it (so --with-peers has them too).
 pkgs=(cmake g++ make libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev python3 time procps
-      git sqlite3 gawk clang libclang-rt-14-dev nlohmann-json3-dev redis-server redis-tools)
+      git sqlite3 gawk clang libclang-rt-14-dev nlohmann-json3-dev redis-server redis-tools pkgconf
+      gnuplot-nox)
 require=0
 while (($#)); do
   case "$1" in
     --with-peers)
-      pkgs+=(libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0 libtbbmalloc2 gnuplot-nox linux-perf strace)
+      pkgs+=(libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0 libtbbmalloc2 linux-perf strace)
       ;;
     --require) require=1 ;;
     *) pkgs+=("$1") ;;

@@ -26,6 +26,7 @@
 #include "lazymalloc-run-args.h"
 #include "lazymalloc/version.h"
 #include "option-table.h"
+#include "timeline.h"
 
 namespace {
 
@@ -58,18 +59,25 @@ std::string exe_dir() {
   return slash == std::string::npos ? std::string() : path.substr(0, slash);
 }
 
+// Where to look when neither --lib nor $LAZYMALLOC_LIB names the library:
+// next to this executable first (the build tree keeps both at its top; an
+// install, wherever its prefix was moved, has it in ../LIBDIR), then the
+// build tree and the install prefix compiled in.
 std::vector<std::pair<std::string, std::string>> default_libraries() {
   std::vector<std::pair<std::string, std::string>> d;
+  if (const std::string dir = exe_dir(); !dir.empty()) {
+    d.emplace_back("next to lazymalloc-run", dir + "/liblazymalloc.so");
+#ifdef LAZYMALLOC_RELATIVE_LIBDIR
+    d.emplace_back("next to lazymalloc-run", dir + "/../" LAZYMALLOC_RELATIVE_LIBDIR "/liblazymalloc.so");
+#endif
+    d.emplace_back("next to lazymalloc-run", dir + "/../lib/liblazymalloc.so");
+  }
 #ifdef LAZYMALLOC_DEFAULT_LIB
   d.emplace_back("build tree", LAZYMALLOC_DEFAULT_LIB);
 #endif
 #ifdef LAZYMALLOC_INSTALLED_LIB
   d.emplace_back("installed", LAZYMALLOC_INSTALLED_LIB);
 #endif
-  if (const std::string dir = exe_dir(); !dir.empty()) {
-    d.emplace_back("next to lazymalloc-run", dir + "/liblazymalloc.so");
-    d.emplace_back("next to lazymalloc-run", dir + "/../lib/liblazymalloc.so");
-  }
   return d;
 }
 
@@ -77,6 +85,27 @@ std::string absolute(const std::string& path) {
   char buf[PATH_MAX];
   if (::realpath(path.c_str(), buf)) return buf;
   return path;
+}
+
+// Replaces this process with the program; returns the wrapper's exit status
+// when that fails.
+int exec_program(const std::vector<std::string>& program) {
+  namespace lr = lazymalloc_run;
+  std::vector<char*> cargv;
+  for (const auto& a : program) cargv.push_back(const_cast<char*>(a.c_str()));
+  cargv.push_back(nullptr);
+  std::cout.flush();
+  ::execvp(cargv[0], cargv.data());
+  const int err = errno;
+  if (err == ENOENT || err == ENOTDIR) {
+    if (program[0].find('/') == std::string::npos)
+      std::cerr << kName << ": " << program[0] << ": command not found\n";
+    else
+      std::cerr << kName << ": " << program[0] << ": " << std::strerror(err) << '\n';
+    return lr::kExitNotFound;
+  }
+  std::cerr << kName << ": cannot execute " << program[0] << ": " << std::strerror(err) << '\n';
+  return lr::kExitCannotExec;
 }
 
 }  // namespace
@@ -93,8 +122,8 @@ int main(int argc, char** argv) {
   std::string stats, list_options;
   bool verbose = false, print_env = false, version = false, follow_children = false;
   app.add_option("--lib", lib,
-                 "liblazymalloc.so to preload (default: $LAZYMALLOC_LIB, else the build tree's library, else the "
-                 "installed one)")
+                 "liblazymalloc.so to preload (default: $LAZYMALLOC_LIB, else the one next to lazymalloc-run or in "
+                 "its ../lib, else the build tree's, else the installed one)")
       ->type_name("PATH");
   app.add_option("-o,--option", options,
                  "Set lazymalloc option NAME (LAZYMALLOC_NAME=VALUE), checked against --list-options; repeatable")
@@ -114,17 +143,33 @@ int main(int argc, char** argv) {
                "--list-options=markdown prints the table of docs/options.md")
       ->option_text("[=text|markdown]");
   app.add_flag("--version", version, "Print the version and exit");
+  lr::TimelineRequest timeline;
+  app.add_option("--timeline", timeline.tsv_path,
+                 "Run PROGRAM as a child and sample its memory into FILE (TSV) every --interval: Rss, LazyFree, "
+                 "AnonHugePages and lazymalloc's gauges (active, retained, lazy)")
+      ->type_name("FILE");
+  auto* plot = app.add_option("--plot", timeline.svg_path, "With --timeline: draw the samples into FILE (SVG, gnuplot)")
+                   ->type_name("FILE");
+  app.add_option("--interval", timeline.interval_ms,
+                 "With --timeline: milliseconds between samples, 1 to 60000 (default 100)")
+      ->check(CLI::Range(1u, 60000u).description(""))
+      ->type_name("MS");
   app.footer(
       "Exit status: PROGRAM's own (the wrapper execs it, so a signal that kills PROGRAM kills it as seen by the\n"
       "caller; a shell reports 128+N). Wrapper errors: 2 usage, 126 library missing or PROGRAM not executable,\n"
-      "127 PROGRAM not found.\n"
+      "127 PROGRAM not found. With --timeline the wrapper stays PROGRAM's parent and exits the same way.\n"
       "Examples: lazymalloc-run -o decay_ms=500 --stats=json -- ./server --port 8080\n"
-      "          lazymalloc-run --stats --follow-children -o stats_file=/tmp/lm.%e.%p.txt -- make -j8");
+      "          lazymalloc-run --stats --follow-children -o stats_file=/tmp/lm.%e.%p.txt -- make -j8\n"
+      "          lazymalloc-run --timeline mem.tsv --plot mem.svg -- ./batch-job");
 
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : lr::kExitUsage;
+  }
+  if (*plot && timeline.tsv_path.empty()) {
+    std::cerr << kName << ": --plot needs --timeline FILE\n";
+    return lr::kExitUsage;
   }
   if (version) {
     std::cout << kName << " " << LAZYMALLOC_VERSION << '\n';
@@ -224,19 +269,6 @@ int main(int argc, char** argv) {
       return lr::kExitUsage;
     }
   }
-  std::vector<char*> cargv;
-  for (auto& a : program) cargv.push_back(a.data());
-  cargv.push_back(nullptr);
-  std::cout.flush();
-  ::execvp(cargv[0], cargv.data());
-  const int err = errno;
-  if (err == ENOENT || err == ENOTDIR) {
-    if (program[0].find('/') == std::string::npos)
-      std::cerr << kName << ": " << program[0] << ": command not found\n";
-    else
-      std::cerr << kName << ": " << program[0] << ": " << std::strerror(err) << '\n';
-    return lr::kExitNotFound;
-  }
-  std::cerr << kName << ": cannot execute " << program[0] << ": " << std::strerror(err) << '\n';
-  return lr::kExitCannotExec;
+  if (!timeline.tsv_path.empty()) return lr::run_timeline(timeline, program, exec_program);
+  return exec_program(program);
 }

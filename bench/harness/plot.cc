@@ -5,15 +5,6 @@
 
 namespace lazybench {
 
-std::string gnuplot_quote(const std::string& text) {
-  std::string out = "'";
-  for (char c : text) {
-    if (c == '\'') out += "''";
-    else out += c;
-  }
-  return out + "'";
-}
-
 std::string throughput_data(const std::vector<WorkloadSummary>& summaries, const std::vector<std::string>& allocators) {
   std::string out = "workload";
   for (const auto& a : allocators) out += "\t" + a;
@@ -40,16 +31,6 @@ double throughput_floor(const std::vector<WorkloadSummary>& summaries) {
   return std::exp2(std::floor(std::log2(lowest)) - 1);
 }
 
-namespace {
-// The lines every plot starts with: an SVG terminal, the output and a title.
-std::string svg_header(const std::string& svg_path, const std::string& title) {
-  std::string s;
-  s += "set terminal svg size 1100,520 dynamic enhanced font 'sans,11' background rgb 'white'\n";
-  s += "set output " + gnuplot_quote(svg_path) + "\n";
-  s += "set title '" + title + "'\n";
-  return s;
-}
-}  // namespace
 
 std::string throughput_script(const std::string& data_path, const std::string& svg_path, std::size_t allocators,
                               double y_floor) {

@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "gnuplot.h"
 #include "report.h"
 
 namespace lazybench {
@@ -25,8 +26,5 @@ std::string throughput_script(const std::string& data_path, const std::string& s
 // per allocator; `series` is (allocator, path of a phases --series file).
 std::string phases_memory_script(const std::vector<std::pair<std::string, std::string>>& series,
                                  const std::string& svg_path);
-
-// Quotes text for a gnuplot single-quoted string.
-std::string gnuplot_quote(const std::string& text);
 
 }  // namespace lazybench

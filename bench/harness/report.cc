@@ -19,6 +19,11 @@ std::string opt_fixed(const std::optional<double>& v, int decimals) {
   return v ? format_fixed(*v, decimals) : std::string("-");
 }
 
+// "peak / held / LazyFree" of a row's medians (MiB), "-" for what is missing.
+std::string memory_cell(const AllocatorRow& row) {
+  return opt_fixed(row.maxrss_mib, 1) + " / " + opt_fixed(row.held_mib, 1) + " / " + opt_fixed(row.lazyfree_mib, 1);
+}
+
 std::string opt_count(const std::optional<double>& v) { return v ? format_count(*v) : std::string("-"); }
 
 }  // namespace
@@ -95,9 +100,7 @@ std::string render_overview(const std::vector<WorkloadSummary>& summaries, const
   std::vector<MarkdownTable::Column> cols = {{"workload", false}, {"metric", false}, {"glibc median", true}};
   for (const auto& a : allocators) cols.push_back({a, true});
   MarkdownTable table(cols);
-  bool any_held = false;
   for (const auto& s : summaries) {
-    any_held = any_held || s.has_held;
     const AllocatorRow* glibc = s.row("glibc");
     std::vector<std::string> cells = {
         s.workload, s.unit.empty() ? "-" : s.unit + (s.higher_is_better ? " (higher better)" : " (lower better)"),
@@ -112,21 +115,28 @@ std::string render_overview(const std::vector<WorkloadSummary>& summaries, const
   std::string out = "Speed relative to glibc (median of the runs; > 1.00x = better than glibc, "
                     "whichever direction the metric goes):\n\n" +
                     table.render();
-  if (any_held) {
-    std::vector<MarkdownTable::Column> hcols = {{"workload", false}};
-    for (const auto& a : allocators) hcols.push_back({a, true});
-    MarkdownTable held(hcols);
-    for (const auto& s : summaries) {
-      if (!s.has_held) continue;
-      std::vector<std::string> cells = {s.workload};
-      for (const auto& a : allocators) {
-        const AllocatorRow* row = s.row(a);
-        cells.push_back(row ? opt_fixed(row->held_mib, 1) : "-");
-      }
-      held.add_row(cells);
+  // Memory: peak RSS beside what is held at the end, so that a low "held"
+  // figure cannot hide a high peak.
+  std::vector<MarkdownTable::Column> mcols = {{"workload", false}};
+  for (const auto& a : allocators) mcols.push_back({a, true});
+  MarkdownTable memory(mcols);
+  bool any_memory = false;
+  for (const auto& s : summaries) {
+    std::vector<std::string> cells = {s.workload};
+    bool reported = false;
+    for (const auto& a : allocators) {
+      const AllocatorRow* row = s.row(a);
+      reported = reported || (row && (row->maxrss_mib || row->held_mib));
+      cells.push_back(row ? memory_cell(*row) : "-");
     }
-    out += "\nMemory held at the end of the run, Rss - LazyFree in MiB (median; lower is better):\n\n" +
-           held.render();
+    if (!reported) continue;
+    any_memory = true;
+    memory.add_row(cells);
+  }
+  if (any_memory) {
+    out += "\nMemory in MiB, median, lower is better: peak RSS / held at the end (Rss - LazyFree) / LazyFree "
+           "at the end (\"-\": the workload does not measure it):\n\n" +
+           memory.render();
   }
   return out;
 }

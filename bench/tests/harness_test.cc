@@ -416,10 +416,42 @@ TEST(Report, LowerIsBetterAndHeldMemory) {
   EXPECT_NE(overview.find("4.00x"), std::string::npos);
   EXPECT_NE(overview.find("lower better"), std::string::npos);
   EXPECT_NE(overview.find("Rss - LazyFree"), std::string::npos);
-  EXPECT_NE(overview.find("100.0"), std::string::npos);
+  EXPECT_NE(overview.find("1.0 / 100.0 / -"), std::string::npos) << overview;
   const std::string data = throughput_data({s}, {"glibc", "lazymalloc"});
   EXPECT_EQ(data, "workload\tglibc\tlazymalloc\nphases\t1.0000\t4.0000\n");
   EXPECT_DOUBLE_EQ(throughput_floor({s}), 0.5);  // lowest ratio 1.0 -> one power of two below
+}
+
+// The memory table puts each allocator's peak RSS, held memory and LazyFree
+// in one cell, for every workload that measured memory; a workload without
+// held figures shows its peak and "-" for the rest.
+TEST(Report, MemoryTableShowsPeakHeldAndLazyFreeSideBySide) {
+  std::vector<RunRecord> recs = {record("phases", "glibc", 1, 40, false, 100),
+                                 record("phases", "lazymalloc", 1, 10, false, 5),
+                                 record("ebizzy", "glibc", 1, 7), record("ebizzy", "lazymalloc", 1, 8)};
+  recs[0].result->usage.maxrss_kib = 261 * 1024;
+  recs[0].result->extra.emplace_back("lazyfree_mib", 0);
+  recs[1].result->usage.maxrss_kib = 340 * 1024;
+  recs[1].result->extra.emplace_back("lazyfree_mib", 30.5);
+  recs[3].result->usage.maxrss_kib = 3 * 1024;
+  const std::vector<std::string> allocators = {"glibc", "lazymalloc"};
+  const auto phases = summarize_workload("phases", allocators, recs);
+  const auto ebizzy = summarize_workload("ebizzy", allocators, recs);
+  const std::string overview = render_overview({phases, ebizzy}, allocators);
+  const auto table = overview.find("peak RSS / held at the end (Rss - LazyFree) / LazyFree");
+  ASSERT_NE(table, std::string::npos) << overview;
+  const std::string memory = overview.substr(table);
+  auto line_of = [&](const std::string& workload) {
+    const auto at = memory.find("| " + workload + " ");
+    return at == std::string::npos ? std::string() : memory.substr(at, memory.find('\n', at) - at);
+  };
+  const std::string phases_line = line_of("phases");
+  EXPECT_NE(phases_line.find("261.0 / 100.0 / 0.0"), std::string::npos) << memory;
+  EXPECT_NE(phases_line.find("340.0 / 5.0 / 30.5"), std::string::npos) << memory;
+  EXPECT_LT(phases_line.find("261.0"), phases_line.find("340.0"));  // allocator order
+  const std::string ebizzy_line = line_of("ebizzy");
+  EXPECT_NE(ebizzy_line.find("1.0 / - / -"), std::string::npos) << memory;
+  EXPECT_NE(ebizzy_line.find("3.0 / - / -"), std::string::npos) << memory;
 }
 
 TEST(Report, ReleaseTimeIgnoresRunsThatNeverReleased) {

@@ -155,6 +155,7 @@ Span* Backend::alloc(size_t bytes, size_t align, bool growing, bool may_grow) {
   bool units = bytes <= kMaxLarge && align <= kUnitSize;
   size_t taken = units ? align_up(bytes, kUnitSize) : align_up(bytes, kSlotSize);
   LockGuard g(lock_);
+  PublishOnExit publish{this};
   note_activity(now);
   if (!admit(taken)) return nullptr;
   if (units) return alloc_units(unsigned(taken >> kUnitShift), growing, may_grow);
@@ -164,6 +165,7 @@ Span* Backend::alloc(size_t bytes, size_t align, bool growing, bool may_grow) {
 Span* Backend::alloc_units_span(unsigned units) {
   uint64_t now = platform_->now_ns(platform_->ctx);
   LockGuard g(lock_);
+  PublishOnExit publish{this};
   note_activity(now);
   if (units == 0 || units > kUnitsPerSlot || !admit(size_t(units) * kUnitSize)) return nullptr;
   return alloc_units(units, false, true);
@@ -248,6 +250,7 @@ uint64_t Backend::release(Span* s, bool contents_gone) {
   uint64_t now = platform_->now_ns(platform_->ctx);
   {
     LockGuard g(lock_);
+    PublishOnExit publish{this};
     note_activity(now);
     // nslots tells slot runs from unit runs (the frontend relabels kinds).
     if (s->nslots) {
@@ -275,6 +278,7 @@ bool Backend::release_huge(Span* s, uint64_t retain_budget, SlotRun* run, uint64
   bool keep;
   {
     LockGuard g(lock_);
+    PublishOnExit publish{this};
     note_activity(now);
     SlotMeta* first = s->slot;
     size_t n = s->nslots;
@@ -332,6 +336,7 @@ bool Backend::resize(Span* s, size_t bytes) {
   if (bytes == 0 || bytes > kMaxRequest) return false;
   uint64_t now = platform_->now_ns(platform_->ctx);
   LockGuard g(lock_);
+  PublishOnExit publish{this};
   now_ = now;
   if (bytes > s->bytes && !admit(align_up(bytes, kUnitSize) - s->bytes)) return false;
   if (s->kind == SpanKind::kLarge && bytes > kMaxLarge) {
@@ -409,5 +414,21 @@ bool Backend::resize(Span* s, size_t bytes) {
   stats_->add(Stat::huge_bytes, s->bytes);
   stats_->add(Stat::inplace_resizes, 1);
   return true;
+}
+
+void Backend::set_timeline(TimelinePage* page) {
+  LockGuard g(lock_);
+  timeline_ = page;
+  if (page) publish_timeline();
+}
+
+void Backend::publish_timeline() {
+  TimelinePage::Gauges v{};
+  v.active = stats_->get(Stat::active_bytes);
+  v.retained = stats_->get(Stat::retained_bytes);
+  v.lazy = stats_->get(Stat::lazy_bytes);
+  v.clean = stats_->get(Stat::clean_bytes);
+  v.reserved = stats_->get(Stat::reserved_bytes);
+  timeline_->publish(v);
 }
 }  // namespace lazymalloc

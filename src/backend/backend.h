@@ -25,6 +25,7 @@
 #include "core/bits.h"
 #include "core/config.h"
 #include "core/stats.h"
+#include "core/timeline.h"
 #include "pal/lock.h"
 #include "pal/pal.h"
 
@@ -253,6 +254,11 @@ class Backend {
   uint64_t oldest_retained_ns();
 
   MemoryState memory_state() const;
+  // The timeline page (core/timeline.h, lazymalloc-run --timeline): once set,
+  // every operation that changes the page-state gauges publishes them there
+  // before it lets go of the lock; nullptr (the default, and in a fork
+  // child) publishes nothing.  set_timeline publishes once at once.
+  void set_timeline(TimelinePage* page);
   // Walks every slot and list and checks the invariants that the rest of the
   // code relies on; returns a description of the first violation, or nullptr.
   // For tests (O(address space)).
@@ -274,6 +280,7 @@ class Backend {
     arena_records_.lock().reset();
     spans_.lock().reset();
     lock_.reset();
+    timeline_ = nullptr;  // the page is the parent's: a child never writes it
   }
 
  private:
@@ -325,8 +332,19 @@ class Backend {
   SlotMeta* neighbor(SlotMeta* m, ptrdiff_t delta) const;
   Span* new_span();
 
+  // Publishes the gauges to timeline_, if any, when it goes out of scope:
+  // declared after the LockGuard of an operation that changes them.
+  struct PublishOnExit {
+    Backend* b;
+    ~PublishOnExit() {
+      if (__builtin_expect(b->timeline_ != nullptr, 0)) b->publish_timeline();
+    }
+  };
+  void publish_timeline();  // REQUIRES lock_
+
   const Platform* platform_ = nullptr;
   Stats* stats_ = nullptr;
+  TimelinePage* timeline_ = nullptr;  // REQUIRES lock_
   size_t arena_reserve_ = 0;
   static constexpr size_t kFirstArena = size_t(64) << 20;
   unsigned grown_ = 0;               // REQUIRES lock_: regular arenas reserved below arena_reserve_

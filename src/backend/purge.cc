@@ -281,6 +281,7 @@ void Backend::purge_collect_all(const PurgeSelect& sel, PurgeCursor* cur, PurgeB
 void Backend::purge_finish(PurgeBatch* b, bool made_clean, bool failed) {
   uint64_t now = platform_->now_ns(platform_->ctx);
   LockGuard g(lock_);
+  PublishOnExit publish{this};
   auto settle = [&](SlotMeta* s, uint32_t mask, uint32_t was_lazy) {
     if (!mask) return;
     if (failed) {

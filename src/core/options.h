@@ -127,7 +127,12 @@ enum class OptKind : uint8_t { kBool, kInt, kSize, kMillis, kEnum };
     "quarantine (128 objects, 1 MiB) before reuse; costs in docs/reliability.md")          \
   X(discardable_limit, kSize, 0, 0, int64_t(1) << 50, nullptr,                              \
     "most bytes of unlocked discardable blocks kept (0 = no limit): the background thread " \
-    "discards the least recently unlocked beyond it")
+    "discards the least recently unlocked beyond it")                                      \
+  X(timeline_fd, kInt, 0, 0, 1 << 20, nullptr,                                             \
+    "set by `lazymalloc-run --timeline`: a descriptor of the shared page on which the "     \
+    "allocator publishes its gauges (active, retained, lazy bytes) whenever its slow paths " \
+    "or purges change them, for that one process (its pid is on the page); 0 = none, and "  \
+    "then nothing is mapped or written")
 
 // Variables that are not tunables but that lazymalloc, its tools or its tests
 // read, so that an unknown-variable report never names them.

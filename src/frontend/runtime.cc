@@ -105,6 +105,21 @@ void fork_child() {
   }
 }
 
+// lazymalloc-run --timeline (core/timeline.h): maps the page named by
+// Opt::timeline_fd and publishes on it, if it is a timeline page meant for
+// this process; anything else is left alone (the descriptor number may have
+// been inherited by a descendant, or reused for another file).
+void timeline_attach(int fd) {
+  void* p = g_platform->map_shared_fd(g_platform->ctx, fd, TimelinePage::kSize);
+  if (!p) return;
+  auto* page = static_cast<TimelinePage*>(p);
+  if (page->magic != TimelinePage::kMagic || page->pid.load(std::memory_order_acquire) != g_platform->process_id(g_platform->ctx)) {
+    g_platform->unmap(g_platform->ctx, p, TimelinePage::kSize);
+    return;
+  }
+  g.backend.set_timeline(page);
+}
+
 }  // namespace
 
 // Gives a thread without a heap one where it needs one outside malloc (its
@@ -200,6 +215,7 @@ void lm_init() {
   // Statistics at exit go to a copy of stderr taken now: programs such as
   // coreutils close fd 2 in their own exit handlers.
   if (option(Opt::stats)) g_stats_fd = g_platform->dup_fd(g_platform->ctx, 2);
+  if (option(Opt::timeline_fd) > 0) timeline_attach(int(option(Opt::timeline_fd)));
   g.init_state.store(2, std::memory_order_release);
   // May allocate: only now that malloc works.
   pal::register_fork(fork_prepare, fork_parent, fork_child);

@@ -102,6 +102,10 @@ struct Platform {
   // milliseconds since 1970-01-01 UTC: what a statistics report names.
   int (*process_id)(void* ctx);
   uint64_t (*wall_clock_ms)(void* ctx);
+  // A shared read-write mapping of the first `size` bytes of the file open
+  // as `fd` (the timeline page, core/timeline.h); nullptr on failure (errno
+  // preserved).
+  void* (*map_shared_fd)(void* ctx, int fd, size_t size);
 };
 
 namespace pal {

@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -227,6 +228,21 @@ void close_fd(int fd) {
   errno = saved;
 }
 
+void* map_shared_fd(int fd, size_t size) {
+  int saved = errno;
+  struct stat st;
+  void* p = nullptr;
+  // Only a regular file (or memfd) long enough: touching a mapping past the
+  // end of its file would raise SIGBUS.
+  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size >= off_t(size)) {
+    p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) p = nullptr;
+  }
+  errno = saved;
+  return p;
+}
+
+
 int dup_fd(int fd) {
   int saved = errno;
   int d = fcntl(fd, F_DUPFD_CLOEXEC, 100);
@@ -352,6 +368,7 @@ int linux_open_append(void*, const char* path) { return open_append(path); }
 void linux_close_fd(void*, int fd) { close_fd(fd); }
 int linux_process_id(void*) { return process_id(); }
 uint64_t linux_wall_clock_ms(void*) { return wall_clock_ms(); }
+void* linux_map_shared_fd(void*, int fd, size_t size) { return map_shared_fd(fd, size); }
 
 constexpr Platform kLinux = {
     .ctx = nullptr,
@@ -380,6 +397,7 @@ constexpr Platform kLinux = {
     .close_fd = linux_close_fd,
     .process_id = linux_process_id,
     .wall_clock_ms = linux_wall_clock_ms,
+    .map_shared_fd = linux_map_shared_fd,
 };
 
 // Zero in .bss (no relocation): nullptr stands for kLinux.

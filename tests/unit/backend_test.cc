@@ -40,6 +40,44 @@ TEST_F(BackendTest, UnitSpansAreAlignedMappedAndFreshMemoryIsZero) {
   EXPECT_EQ(st(Stat::retained_bytes), 4 * kUnitSize);
 }
 
+// The timeline page (lazymalloc-run --timeline) carries the gauges as they
+// are after every operation that changes them: allocation, release, purge;
+// a fork child stops publishing.
+TEST_F(BackendTest, TimelinePageFollowsTheGauges) {
+  alignas(64) static TimelinePage page;
+  page.magic = TimelinePage::kMagic;
+  TimelinePage::Gauges g{};
+  auto expect_current = [&](const char* when) {
+    ASSERT_TRUE(page.read(&g)) << when;
+    EXPECT_EQ(g.active, st(Stat::active_bytes)) << when;
+    EXPECT_EQ(g.retained, st(Stat::retained_bytes)) << when;
+    EXPECT_EQ(g.lazy, st(Stat::lazy_bytes)) << when;
+    EXPECT_EQ(g.clean, st(Stat::clean_bytes)) << when;
+    EXPECT_EQ(g.reserved, st(Stat::reserved_bytes)) << when;
+  };
+  backend->set_timeline(&page);
+  expect_current("at once");
+  EXPECT_EQ(g.publishes, 1u);
+  Span* s = backend->alloc(4 * kMiB, 16);
+  ASSERT_NE(s, nullptr);
+  expect_current("after alloc");
+  EXPECT_EQ(g.active, 4 * kMiB);
+  backend->release(s);
+  expect_current("after release");
+  EXPECT_EQ(g.active, 0u);
+  EXPECT_EQ(g.retained, 4 * kMiB);
+  fake.advance_ms(2000);
+  EXPECT_EQ(purger->decay_pass(fake.now_ns), 4 * kMiB);
+  expect_current("after the decay purge");
+  EXPECT_EQ(g.retained, 0u);
+  const uint64_t publishes = g.publishes;
+  backend->fork_child();
+  backend->release(backend->alloc(kUnitSize, 16));
+  ASSERT_TRUE(page.read(&g));
+  EXPECT_EQ(g.publishes, publishes) << "a fork child must not write its parent's page";
+  backend->set_timeline(nullptr);
+}
+
 TEST_F(BackendTest, SmallSpansOfAWholeSlotAreUnitRuns) {
   // A 256 KiB size class takes a 32-unit span: still a unit run (not a huge
   // block), released as one.

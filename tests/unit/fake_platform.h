@@ -84,6 +84,7 @@ class FakePlatform {
         .close_fd = &close_fd,
         .process_id = &process_id,
         .wall_clock_ms = &wall_clock_ms,
+        .map_shared_fd = &map_shared_fd,
     };
   }
   const Platform* get() const { return &platform_; }
@@ -93,7 +94,7 @@ class FakePlatform {
 
   // ---- fault knobs ----
   Fault reserve_fault;  // arena reservations
-  Fault map_fault;      // metadata mappings (page map leaves, slot/span/arena/heap records)
+  Fault map_fault;      // metadata mappings (page map leaves, slot/span/arena/heap records), the timeline page
   Fault advise_fault;   // madvise of one range (any advice)
   Fault vector_fault;   // process_madvise (set err = ENOSYS for "unsupported")
   Fault read_fault;     // file reads (fail: the file is missing)
@@ -317,6 +318,9 @@ class FakePlatform {
   }
   static void close_fd(void*, int fd) { real().close_fd(nullptr, fd); }
   static int process_id(void*) { return real().process_id(nullptr); }
+  static void* map_shared_fd(void* ctx, int fd, size_t size) {
+    return self(ctx)->map_fault.hit() ? nullptr : real().map_shared_fd(nullptr, fd, size);
+  }
   static uint64_t wall_clock_ms(void* ctx) { return self(ctx)->wall_ms; }
   static uint64_t thread_cpu(void* ctx) { return self(ctx)->cpu_ns; }
   static uint64_t now(void* ctx) { return self(ctx)->now_ns; }
