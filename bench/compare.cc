@@ -21,6 +21,17 @@ namespace lazybench {
 
 namespace fs = std::filesystem;
 
+std::string describe_allocators(const std::vector<AllocatorSpec>& allocators) {
+  std::string out;
+  for (const auto& a : allocators) {
+    if (!out.empty()) out += ", ";
+    out += a.name + " (" + (a.preload.empty() ? "no preload" : a.preload);
+    for (const auto& [k, v] : a.env) out += ", " + k + "=" + v;
+    out += ")";
+  }
+  return out;
+}
+
 EnvChanges child_env(const std::string& preload, const std::vector<std::pair<std::string, std::string>>& vars) {
   EnvChanges env;
   env["LD_PRELOAD"] = preload.empty() ? std::nullopt : std::optional<std::string>(preload);
@@ -371,14 +382,7 @@ int compare_command(const CompareOptions& opt) {
   md += "- Command: `" + opt.command_line + "`\n";
   md += "- Repetitions: " + std::to_string(opt.reps) +
         " per allocator, interleaved (each repetition runs every allocator once, starting one allocator later)\n";
-  md += "- Allocators:";
-  for (const auto& a : allocators) {
-    md += " " + a.name + " (" + (a.preload.empty() ? "no preload" : a.preload);
-    for (const auto& [k, v] : a.env) md += ", " + k + "=" + v;
-    md += ")";
-    if (&a != &allocators.back()) md += ",";
-  }
-  md += "\n";
+  md += "- Allocators: " + describe_allocators(allocators) + "\n";
   for (const auto& s : skipped) md += "- Skipped: " + s + "\n";
   md += "- Workload arguments" + std::string(opt.quick ? " (--quick sizing)" : "") + ":\n";
   for (const WorkloadInfo* w : workloads) {

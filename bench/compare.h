@@ -44,6 +44,9 @@ std::optional<std::vector<AllocatorSpec>> resolve_allocators(const std::vector<s
                                                              const std::string& lib, const char* who,
                                                              std::vector<std::string>* skipped);
 
+// "NAME (PRELOAD, VAR=VALUE...), ...": the allocators of a report's header.
+std::string describe_allocators(const std::vector<AllocatorSpec>& allocators);
+
 // The environment changes for a child: no LD_PRELOAD of ours, the
 // allocator's library (`preload`, none if empty) and variables instead.
 EnvChanges child_env(const std::string& preload, const std::vector<std::pair<std::string, std::string>>& vars);

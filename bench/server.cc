@@ -583,14 +583,7 @@ int server_command(const ServerOptions& opt) {
   md += "- Repetitions: " + std::to_string(opt.reps) +
         " per allocator, interleaved (each repetition runs every allocator once, starting one allocator later); "
         "each run is two server lifetimes, one per phase\n";
-  md += "- Allocators:";
-  for (const auto& a : allocators) {
-    md += " " + a.name + " (" + (a.preload.empty() ? "no preload" : a.preload);
-    for (const auto& [k, v] : a.env) md += ", " + k + "=" + v;
-    md += ")";
-    if (&a != &allocators.back()) md += ",";
-  }
-  md += "\n";
+  md += "- Allocators: " + describe_allocators(allocators) + "\n";
   if (!glibc_note.empty()) md += "- Note: " + glibc_note + "\n";
   for (const auto& s : skipped) md += "- Skipped: " + s + "\n";
   if (failures) md += "- **" + std::to_string(failures) + " run(s) failed**; see the status column of results.csv and logs/\n";

@@ -48,7 +48,7 @@ std::optional<lazybench::MemSample> read_smaps(pid_t pid) {
 std::optional<TimelinePage::Gauges> read_page(const TimelinePage* page) {
   TimelinePage::Gauges g;
   for (int i = 0; i < 1000; ++i) {
-    if (page->read(&g)) return g.publishes ? std::optional(g) : std::nullopt;
+    if (page->load(&g)) return g.publishes ? std::optional(g) : std::nullopt;
   }
   return std::nullopt;  // a publish in progress the whole time: this sample has none
 }

@@ -278,23 +278,16 @@ void option_write_value(Writer& w, const OptionInfo& info, int64_t v) {
 
 void option_write_values(Writer& w, const OptionInfo& info, bool code) {
   switch (info.kind) {
-    case OptKind::kBool:
-      write_code(w, "1", code);
-      w.put('/');
-      write_code(w, "0", code);
-      w.put(", ");
-      write_code(w, "true", code);
-      w.put('/');
-      write_code(w, "false", code);
-      w.put(", ");
-      write_code(w, "yes", code);
-      w.put('/');
-      write_code(w, "no", code);
-      w.put(", ");
-      write_code(w, "on", code);
-      w.put('/');
-      write_code(w, "off", code);
+    case OptKind::kBool: {
+      static const char* const kPairs[][2] = {{"1", "0"}, {"true", "false"}, {"yes", "no"}, {"on", "off"}};
+      for (unsigned i = 0; i < 4; ++i) {
+        if (i) w.put(", ");
+        write_code(w, kPairs[i][0], code);
+        w.put('/');
+        write_code(w, kPairs[i][1], code);
+      }
       return;
+    }
     case OptKind::kEnum: {
       const char* start = info.choices;
       for (const char* p = info.choices;; ++p) {

@@ -56,7 +56,7 @@ struct TimelinePage {
   }
 
   // The reader's side: false while a publish is in progress (try again).
-  bool read(Gauges* out) const {
+  bool load(Gauges* out) const {
     const uint64_t s1 = seq.load(std::memory_order_acquire);
     if (s1 & 1) return false;
     Gauges g;

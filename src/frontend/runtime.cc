@@ -425,6 +425,7 @@ void snapshot(uint64_t* global, uint64_t* heap, uint64_t* heap_cache = nullptr, 
 // The origin of a report: this process, now.  `name` receives the program
 // name (/proc/self/comm: at most 15 characters; "?" without /proc).
 StatsOrigin origin_now(char* name, size_t len) {
+  lm_init();  // the platform
   long n = g_platform->read_file(g_platform->ctx, "/proc/self/comm", name, len);
   while (n > 0 && (name[n - 1] == '\n' || name[n - 1] == '\0')) name[--n] = '\0';
   if (n <= 0) {

@@ -48,7 +48,7 @@ TEST_F(BackendTest, TimelinePageFollowsTheGauges) {
   page.magic = TimelinePage::kMagic;
   TimelinePage::Gauges g{};
   auto expect_current = [&](const char* when) {
-    ASSERT_TRUE(page.read(&g)) << when;
+    ASSERT_TRUE(page.load(&g)) << when;
     EXPECT_EQ(g.active, st(Stat::active_bytes)) << when;
     EXPECT_EQ(g.retained, st(Stat::retained_bytes)) << when;
     EXPECT_EQ(g.lazy, st(Stat::lazy_bytes)) << when;
@@ -73,7 +73,7 @@ TEST_F(BackendTest, TimelinePageFollowsTheGauges) {
   const uint64_t publishes = g.publishes;
   backend->fork_child();
   backend->release(backend->alloc(kUnitSize, 16));
-  ASSERT_TRUE(page.read(&g));
+  ASSERT_TRUE(page.load(&g));
   EXPECT_EQ(g.publishes, publishes) << "a fork child must not write its parent's page";
   backend->set_timeline(nullptr);
 }
