@@ -86,6 +86,10 @@ class Engine : public ::testing::Test {
     lazymalloc_option_set("background_interval_ms", 20);
     lazymalloc_option_set("lazy_decay_ms", 10000);
     lazymalloc_option_set("pressure", 1);
+    // These tests follow freed large blocks into the backend and the purger;
+    // a thread's cache of its last freed large blocks (unit.LargeCache) would
+    // keep some back until the thread goes quiet.
+    lazymalloc_option_set("large_cache", 0);
     lazymalloc_limit_set(0, 0);
     lazymalloc_purge(LAZYMALLOC_PURGE_NOW);
   }

@@ -29,7 +29,7 @@ done
 [[ $(dpkg-deb -f "$deb" Package) == lazymalloc ]] || fail "package name $(dpkg-deb -f "$deb" Package)"
 dpkg-deb -x "$deb" "$work/root"
 root="$work/root"
-env -u LAZYMALLOC_LIB "$root/usr/bin/lazymalloc-run" --print-env | grep -q "^LD_PRELOAD=$root/usr/lib/" ||
+env -u LAZYMALLOC_LIB "$root/usr/bin/lazymalloc-run" --print-env | grep "^LD_PRELOAD=$root/usr/lib/" >/dev/null ||
   fail "packaged lazymalloc-run does not find the packaged library"
 out=$(env -u LAZYMALLOC_LIB "$root/usr/bin/lazymalloc-run" --stats -- /bin/true 2>&1) || fail "packaged lazymalloc-run -- true: $out"
 grep -q active_bytes <<<"$out" || fail "packaged lazymalloc-run --stats printed no statistics: $out"

@@ -32,7 +32,7 @@ libdir=$(pkg-config --variable=libdir lazymalloc)
 "$cxx" "$here/consumer/app.cpp" -o "$work/pc_cxx" $flags -Wl,-rpath,"$libdir" || fail "c++ with pkg-config flags: $flags"
 "$work/pc_c" || fail "C program built with pkg-config"
 "$work/pc_cxx" || fail "C++ program built with pkg-config"
-ldd "$work/pc_c" | grep -q "$libdir/liblazymalloc.so" || fail "pc_c does not load $libdir/liblazymalloc.so: $(ldd "$work/pc_c")"
+ldd "$work/pc_c" | grep "$libdir/liblazymalloc.so" >/dev/null || fail "pc_c does not load $libdir/liblazymalloc.so: $(ldd "$work/pc_c")"
 
 # find_package, from the moved prefix.
 cmake -S "$here/consumer" -B "$work/consumer" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_C_COMPILER="$cc" \
@@ -43,11 +43,11 @@ grep -q "lazymalloc_DIR:PATH=$prefix/" "$work/consumer/CMakeCache.txt" || fail "
 for app in app_c app_cxx app_c_static app_cxx_static; do
   "$work/consumer/$app" || fail "$app (find_package)"
 done
-ldd "$work/consumer/app_c" | grep -q "$prefix/.*liblazymalloc.so" || fail "app_c does not load the prefix's liblazymalloc.so"
+ldd "$work/consumer/app_c" | grep "$prefix/.*liblazymalloc.so" >/dev/null || fail "app_c does not load the prefix's liblazymalloc.so"
 
 # The installed lazymalloc-run finds the library next to it.
 if [[ -x $prefix/bin/lazymalloc-run ]]; then
-  env -u LAZYMALLOC_LIB "$prefix/bin/lazymalloc-run" --print-env | grep -q "^LD_PRELOAD=$prefix/" ||
+  env -u LAZYMALLOC_LIB "$prefix/bin/lazymalloc-run" --print-env | grep "^LD_PRELOAD=$prefix/" >/dev/null ||
     fail "installed lazymalloc-run does not preload the prefix's library: $(env -u LAZYMALLOC_LIB "$prefix/bin/lazymalloc-run" --print-env)"
 fi
 echo "install.prefix: ok ($prefix)"
