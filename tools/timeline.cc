@@ -123,14 +123,15 @@ std::string timeline_script(const std::string& tsv, const std::string& svg, cons
   s += "set key below left Left reverse maxrows 4 title 'solid: the kernel''s view (/proc/PID/smaps\\_rollup);  "
        "dashed: the allocator''s gauges (its timeline page)'\n";
   const std::string f = gnuplot_quote(tsv);
-  // Columns: 1 time, 2 rss, 3 lazyfree, 4 held, 5 anonhuge, 6 active, 7 retained, 8 lazy.
+  // Columns: 1 time, 2 rss, 3 lazyfree, 4 held, 5 anonhuge, 6 active, 7 retained, 8 lazy, 9 cached.
   s += "plot " + f + " using 1:2 with lines lw 2 dt 1 lc rgb 'black' title 'Rss: resident', \\\n";
   s += "     " + f + " using 1:4 with lines lw 2 dt 1 lc rgb '#1f77b4' title 'held = Rss - LazyFree', \\\n";
   s += "     " + f + " using 1:3 with lines lw 1 dt 1 lc rgb '#2ca02c' title 'LazyFree: MADV\\_FREE, the kernel may take it', \\\n";
   s += "     " + f + " using 1:5 with lines lw 1 dt 1 lc rgb '#9467bd' title 'AnonHugePages: in 2 MiB pages', \\\n";
   s += "     " + f + " using 1:6 with lines lw 2 dt 2 lc rgb '#d62728' title 'active: live blocks and spans', \\\n";
   s += "     " + f + " using 1:7 with lines lw 2 dt 2 lc rgb '#ff7f0e' title 'retained: free, resident, not yet given back', \\\n";
-  s += "     " + f + " using 1:8 with lines lw 2 dt 2 lc rgb '#17becf' title 'lazy: given back with MADV\\_FREE'\n";
+  s += "     " + f + " using 1:8 with lines lw 2 dt 2 lc rgb '#17becf' title 'lazy: given back with MADV\\_FREE', \\\n";
+  s += "     " + f + " using 1:9 with lines lw 1 dt 2 lc rgb '#8c564b' title 'cached: free objects in threads'' caches (part of active)'\n";
   return s;
 }
 
@@ -190,9 +191,9 @@ int run_timeline(const TimelineRequest& request, const std::vector<std::string>&
         << mib(double(mem->held_kib()) * 1024) << '\t' << mib(double(mem->anonhuge_kib) * 1024);
     if (gauges) {
       tsv << '\t' << mib(double(gauges->active)) << '\t' << mib(double(gauges->retained)) << '\t'
-          << mib(double(gauges->lazy)) << '\t' << gauges->publishes << '\n';
+          << mib(double(gauges->lazy)) << '\t' << mib(double(gauges->cached)) << '\t' << gauges->publishes << '\n';
     } else {
-      tsv << "\t-\t-\t-\t0\n";
+      tsv << "\t-\t-\t-\t-\t0\n";
     }
     tsv.flush();
     page->samples.fetch_add(1, std::memory_order_release);

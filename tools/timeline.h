@@ -20,7 +20,7 @@ struct TimelineRequest {
 // allocator gauge before the allocator first published (or when the program
 // does not run on lazymalloc).
 inline constexpr const char* kTimelineColumns =
-    "time_s\trss_mib\tlazyfree_mib\theld_mib\tanonhuge_mib\tactive_mib\tretained_mib\tlazy_mib\tpublishes";
+    "time_s\trss_mib\tlazyfree_mib\theld_mib\tanonhuge_mib\tactive_mib\tretained_mib\tlazy_mib\tcached_mib\tpublishes";
 
 // The gnuplot script that draws `tsv_path` into `svg_path`; `program` names
 // the run in the title.  Every line has a legend entry saying what it is.

@@ -3,8 +3,8 @@
 // timeline page, src/core/timeline.h, whose descriptor the program finds in
 // LAZYMALLOC_TIMELINE_FD), so every phase is in the TSV however slow the
 // machine is.  Phases: idle; 64 MiB allocated and written; all freed
-// (active falls, retained rises, Rss stays); malloc_trim (retained and Rss
-// fall).  Exit 0, or 1 with a message.
+// (active falls, retained rises, Rss stays; a 768 KiB block stays in the
+// thread's large cache: cached); malloc_trim (retained, cached and Rss fall).  Exit 0, or 1 with a message.
 #include <malloc.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -54,7 +54,13 @@ int main() {
     if (!b) return 1;
     std::memset(b, 0x5a, kBlock);
   }
+  // And one large block, which its free leaves in this thread's large cache
+  // (the page's cached bytes) until malloc_trim.
+  char* large = static_cast<char*>(std::malloc(size_t(768) << 10));
+  if (!large) return 1;
+  std::memset(large, 0x5b, size_t(768) << 10);
   ok = ok && wait_samples(2);
+  std::free(large);  // first: every row with the 64 MiB freed has it cached
   for (auto& b : blocks) std::free(b);
   ok = ok && wait_samples(2);
   malloc_trim(0);

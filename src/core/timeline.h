@@ -35,10 +35,18 @@ struct TimelinePage {
   // Rows lazymalloc-run has written so far (bumped after each): a program
   // under test can wait on it instead of guessing how long a sample takes.
   std::atomic<uint64_t> samples;
+  // Bytes of free objects in the threads' caches (small-object bins and
+  // large-block caches), which the frontend keeps up to date on its slow
+  // paths while the page is attached (added differences; not part of the
+  // seqlock: the caches change outside the backend).  Part of `active`.
+  std::atomic<int64_t> cached_bytes;
 
   struct Gauges {
-    uint64_t publishes, active, retained, lazy, clean, reserved;
+    uint64_t publishes, active, retained, lazy, clean, reserved, cached;
   };
+
+  // The frontend's side: the caches grew (or shrank) by `delta` bytes.
+  void cached_add(int64_t delta) { cached_bytes.fetch_add(delta, std::memory_order_relaxed); }
 
   // The allocator's side (one writer at a time: the caller holds the
   // backend lock).
@@ -68,6 +76,8 @@ struct TimelinePage {
     g.reserved = reserved_bytes.load(std::memory_order_relaxed);
     std::atomic_thread_fence(std::memory_order_acquire);
     if (seq.load(std::memory_order_relaxed) != s1) return false;
+    const int64_t cached = cached_bytes.load(std::memory_order_relaxed);
+    g.cached = cached > 0 ? uint64_t(cached) : 0;
     *out = g;
     return true;
   }

@@ -38,6 +38,7 @@ void bin_published(Heap* h, unsigned c) {
   if (h == &g_empty_heap) return;
   uint32_t bytes = bin_count(tl_bins[c], c) * uint32_t(class_size(c));
   h->stats.add(HeapStat::cache_bytes, uint64_t(bytes) - tl_bin_bytes[c]);
+  timeline_cached(int64_t(bytes) - int64_t(tl_bin_bytes[c]));
   tl_bin_bytes[c] = bytes;
 }
 
@@ -205,6 +206,7 @@ bool bins_take_idle(Heap* h, uint64_t* bytes) {
     if (taken > *published) taken = *published;
     *published -= taken;
     h->stats.add(HeapStat::cache_bytes, uint64_t(0) - taken);  // (the collector holds the heap)
+    timeline_cached(-int64_t(taken));
     *bytes += uint64_t(n) * class_size(c);
     heap_count(h, HeapStat::cache_idle_takes);
     pending |= return_objects_held(h, out, n);

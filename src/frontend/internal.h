@@ -100,6 +100,13 @@ inline bool background_ensure() {
   return g.background.ensure_started(&g.purger, g.backend.platform(), &g.stats);
 }
 
+// The timeline page (core/timeline.h) when lazymalloc-run --timeline asked
+// for one, else nullptr: the caches report their bytes there.
+extern TimelinePage* g_timeline_page;
+inline void timeline_cached(int64_t delta) {
+  if (LM_UNLIKELY(g_timeline_page != nullptr)) g_timeline_page->cached_add(delta);
+}
+
 // ---- span queues and remote frees (spans.cc)
 
 // The heap's thread enters a slow path (heap.h, "Exclusion"): announces

@@ -42,6 +42,7 @@ Span* large_cache_take(Heap* h, size_t size) {
     h->large_cache_bytes -= s->bytes;
     s->cached = 0;
     g.stats.sub(Stat::large_cache_bytes, s->bytes);
+    timeline_cached(-int64_t(s->bytes));
     g.stats.add(Stat::large_cache_hits, 1);
     return s;
   }
@@ -56,6 +57,7 @@ void large_cache_evict(Heap* h) {
   h->large_cached--;
   h->large_cache_bytes -= s->bytes;
   g.stats.sub(Stat::large_cache_bytes, s->bytes);
+  timeline_cached(-int64_t(s->bytes));
   s->cached = 0;
   s->next = h->to_release;
   h->to_release = s;
@@ -71,6 +73,7 @@ bool large_cache_put(Heap* h, Span* s) {
   h->large_cache[h->large_cached++] = s;
   h->large_cache_bytes += s->bytes;
   g.stats.add(Stat::large_cache_bytes, s->bytes);
+  timeline_cached(int64_t(s->bytes));
   return true;
 }
 

@@ -25,6 +25,8 @@ constinit __attribute__((tls_model("initial-exec"))) thread_local Heap* tl_heap 
 constinit __attribute__((tls_model("initial-exec"))) thread_local bool tl_initializing = false;
 constinit __attribute__((tls_model("initial-exec"))) thread_local bool tl_exited = false;
 
+TimelinePage* g_timeline_page = nullptr;
+
 namespace {
 
 void report_stderr(const char* msg, size_t len) { g_platform->write(g_platform->ctx, 2, msg, len); }
@@ -118,6 +120,7 @@ void timeline_attach(int fd) {
     return;
   }
   g.backend.set_timeline(page);
+  g_timeline_page = page;
 }
 
 }  // namespace
