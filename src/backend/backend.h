@@ -110,6 +110,14 @@ struct PurgeBatch {
   unsigned nitems = 0;
   size_t bytes = 0;
   bool lazy_stage = false;  // taken by purge_collect_lazy (LAZY units, for MADV_DONTNEED)
+
+  // Empty, for a collection of `lazy` units or not.
+  void start(bool lazy) {
+    nranges = 0;
+    nitems = 0;
+    bytes = 0;
+    lazy_stage = lazy;
+  }
 };
 
 // Which free units a purge may take.
@@ -123,6 +131,8 @@ struct PurgeSelect {
   bool include_lazy;            // also take LAZY units (to make them CLEAN)
   bool lazy_stage;              // take_run (purge_collect_lazy): LAZY units old enough only
   bool hysteresis;              // per-slot decay multipliers apply (adaptive policy)
+  // max_range, but at least a unit (a range is never split below one).
+  size_t unit_range() const { return max_range < kUnitSize ? kUnitSize : max_range; }
   // Deadlines (next_decay_ns, next_lazy_ns): with `hysteresis`, when the
   // process turns idle if nothing else happens, from which the purger
   // ignores hysteresis.

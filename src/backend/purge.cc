@@ -141,13 +141,10 @@ bool Backend::batch_full(const PurgeSelect& sel, const PurgeBatch* b) {
 }
 
 void Backend::purge_collect(const PurgeSelect& sel, PurgeBatch* b) {
-  b->nranges = 0;
-  b->nitems = 0;
-  b->bytes = 0;
-  b->lazy_stage = false;
+  b->start(false);
   uint64_t min_age = sel.min_age_free_ns < sel.min_age_partial_ns ? sel.min_age_free_ns
                                                                   : sel.min_age_partial_ns;
-  size_t max_range = sel.max_range < kUnitSize ? kUnitSize : sel.max_range;
+  size_t max_range = sel.unit_range();
   LockGuard g(lock_);
   // Oldest first along the dirty list.  After each take the list may have
   // lost entries, so the walk restarts at its head (skipping is bounded by
@@ -178,11 +175,8 @@ void Backend::purge_collect(const PurgeSelect& sel, PurgeBatch* b) {
 }
 
 void Backend::purge_collect_lazy(const PurgeSelect& sel, PurgeBatch* b) {
-  b->nranges = 0;
-  b->nitems = 0;
-  b->bytes = 0;
-  b->lazy_stage = true;
-  size_t max_range = sel.max_range < kUnitSize ? kUnitSize : sel.max_range;
+  b->start(true);
+  size_t max_range = sel.unit_range();
   LockGuard g(lock_);
   SlotMeta* m = lazy_head_;
   while (m && !batch_full(sel, b)) {
@@ -245,11 +239,8 @@ uint64_t Backend::next_lazy_ns(const PurgeSelect& sel) {
 }
 
 void Backend::purge_collect_all(const PurgeSelect& sel, PurgeCursor* cur, PurgeBatch* b) {
-  b->nranges = 0;
-  b->nitems = 0;
-  b->bytes = 0;
-  b->lazy_stage = false;
-  size_t max_range = sel.max_range < kUnitSize ? kUnitSize : sel.max_range;
+  b->start(false);
+  size_t max_range = sel.unit_range();
   LockGuard g(lock_);
   if (!cur->started) {
     cur->arena = arenas_;

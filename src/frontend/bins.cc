@@ -32,14 +32,20 @@ inline uint64_t bin_fingerprint(const Bin& b) {
   return reinterpret_cast<uintptr_t>(b.top) ^ (reinterpret_cast<uintptr_t>(b.ftop) << 1);
 }
 
+// REQUIRES h held.  A bin's bytes are now `bytes`: the heap's cache_bytes
+// (and the timeline page) get the difference from `published`, the bytes
+// last published for that bin, which becomes `bytes`.
+void cache_bytes_now(Heap* h, uint32_t* published, uint32_t bytes) {
+  h->stats.add(HeapStat::cache_bytes, uint64_t(bytes) - *published);
+  timeline_cached(int64_t(bytes) - int64_t(*published));
+  *published = bytes;
+}
+
 }  // namespace
 
 void bin_published(Heap* h, unsigned c) {
   if (h == &g_empty_heap) return;
-  uint32_t bytes = bin_count(tl_bins[c], c) * uint32_t(class_size(c));
-  h->stats.add(HeapStat::cache_bytes, uint64_t(bytes) - tl_bin_bytes[c]);
-  timeline_cached(int64_t(bytes) - int64_t(tl_bin_bytes[c]));
-  tl_bin_bytes[c] = bytes;
+  cache_bytes_now(h, &tl_bin_bytes[c], bin_count(tl_bins[c], c) * uint32_t(class_size(c)));
 }
 
 // Fills bin c's empty allocation stack from the head of span s's
@@ -199,15 +205,12 @@ bool bins_take_idle(Heap* h, uint64_t* bytes) {
     memcpy(out, fbase, n * sizeof(Block*));
     __atomic_store_n(&fbases[c], ftop, __ATOMIC_RELAXED);
     h->bins_taken = true;
-    // The heap's published cache bytes, and the thread's record of what it
-    // published (bin_published adds the difference), lose what was taken.
-    uint32_t taken = n * uint32_t(class_size(c));
+    // What the thread last published for this bin (its TLS record, which
+    // the collector may write while it holds the heap) loses what was taken.
+    const uint32_t taken = n * uint32_t(class_size(c));
     uint32_t* published = &h->thread_bin_bytes[c];
-    if (taken > *published) taken = *published;
-    *published -= taken;
-    h->stats.add(HeapStat::cache_bytes, uint64_t(0) - taken);  // (the collector holds the heap)
-    timeline_cached(-int64_t(taken));
-    *bytes += uint64_t(n) * class_size(c);
+    cache_bytes_now(h, published, taken < *published ? *published - taken : 0);
+    *bytes += taken;
     heap_count(h, HeapStat::cache_idle_takes);
     pending |= return_objects_held(h, out, n);
   }

@@ -32,19 +32,25 @@ inline bool large_cacheable(size_t size, size_t align, Heap* h) {
   return size > kMaxSmall && size <= kMaxLarge && align <= kUnitSize && !g_secure && h != &g_empty_heap;
 }
 
+// REQUIRES h held: entry i leaves the cache (the later ones move down).
+Span* large_cache_remove(Heap* h, uint32_t i) {
+  Span* s = h->large_cache[i];
+  for (uint32_t k = i; k + 1 < h->large_cached; ++k) h->large_cache[k] = h->large_cache[k + 1];
+  h->large_cached--;
+  h->large_cache_bytes -= s->bytes;
+  s->cached = 0;
+  g.stats.sub(Stat::large_cache_bytes, s->bytes);
+  timeline_cached(-int64_t(s->bytes));
+  return s;
+}
+
 Span* large_cache_take(Heap* h, size_t size) {
   HeapGuard guard(h);
   for (uint32_t i = h->large_cached; i-- > 0;) {
-    Span* s = h->large_cache[i];
+    const Span* s = h->large_cache[i];
     if (s->bytes < size || 2 * s->bytes > 3 * size) continue;
-    for (uint32_t k = i; k + 1 < h->large_cached; ++k) h->large_cache[k] = h->large_cache[k + 1];
-    h->large_cached--;
-    h->large_cache_bytes -= s->bytes;
-    s->cached = 0;
-    g.stats.sub(Stat::large_cache_bytes, s->bytes);
-    timeline_cached(-int64_t(s->bytes));
     g.stats.add(Stat::large_cache_hits, 1);
-    return s;
+    return large_cache_remove(h, i);
   }
   return nullptr;
 }
@@ -52,13 +58,7 @@ Span* large_cache_take(Heap* h, size_t size) {
 // REQUIRES h held: the oldest cached block leaves the cache, to the
 // backend once h is let go.
 void large_cache_evict(Heap* h) {
-  Span* s = h->large_cache[0];
-  for (uint32_t k = 0; k + 1 < h->large_cached; ++k) h->large_cache[k] = h->large_cache[k + 1];
-  h->large_cached--;
-  h->large_cache_bytes -= s->bytes;
-  g.stats.sub(Stat::large_cache_bytes, s->bytes);
-  timeline_cached(-int64_t(s->bytes));
-  s->cached = 0;
+  Span* s = large_cache_remove(h, 0);
   s->next = h->to_release;
   h->to_release = s;
 }
