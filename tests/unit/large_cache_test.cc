@@ -13,6 +13,7 @@
 
 #include "core/options.h"
 #include "fixture.h"
+#include "phases.h"
 #include "frontend/heap.h"
 
 namespace lazymalloc {
@@ -102,22 +103,15 @@ TEST_F(LargeCache, ASecondFreeOfACachedBlockAborts) {
 // once the heap has been quiet for the idle time, not before.  Another
 // worker's exit gives its blocks back at once.
 TEST_F(LargeCache, AQuietOrExitedThreadsBlocksGoBack) {
-  std::mutex m;
-  std::condition_variable cv;
-  int phase = 0;
+  lmt::Phases phases;
   std::thread worker([&] {
     std::vector<void*> v;
     for (int i = 0; i < 4; ++i) v.push_back(lm_malloc(700 * kKiB));
     for (void* p : v) lm_free(p);
-    std::unique_lock<std::mutex> lock(m);
-    phase = 1;
-    cv.notify_all();
-    cv.wait(lock, [&] { return phase == 2; });
+    phases.set(1);
+    phases.wait(2);
   });
-  {
-    std::unique_lock<std::mutex> lock(m);
-    cv.wait(lock, [&] { return phase == 1; });
-  }
+  phases.wait(1);
   EXPECT_EQ(stat("large_cache_bytes"), 4 * 704 * kKiB);
   const uint64_t t0 = 5000 * kSecond, idle = kSecond;
   lm_collect_idle_heaps(t0, idle);
@@ -125,11 +119,7 @@ TEST_F(LargeCache, AQuietOrExitedThreadsBlocksGoBack) {
   EXPECT_EQ(stat("large_cache_bytes"), 4 * 704 * kKiB);
   lm_collect_idle_heaps(t0 + idle, idle);
   EXPECT_EQ(stat("large_cache_bytes"), 0u);
-  {
-    std::lock_guard<std::mutex> lock(m);
-    phase = 2;
-  }
-  cv.notify_all();
+  phases.set(2);
   worker.join();
 
   std::thread([] {

@@ -20,6 +20,7 @@
 #include "core/config.h"
 #include "core/options.h"
 #include "fixture.h"
+#include "phases.h"
 #include "frontend/heap.h"
 #include "json_parse.h"
 
@@ -97,24 +98,17 @@ TEST_P(SmallRelease, AnIdleOwnersRemoteFreesGoBackWithoutIt) {
   lm_collect_idle_heaps(500 * kSecond, 0);
   const uint64_t spans0 = stat("small_spans");
   std::vector<void*> v(count());
-  std::mutex m;
-  std::condition_variable cv;
-  int phase = 0;  // 1: allocated; 2: worker may exit
+  lmt::Phases phases;  // 1: allocated; 2: worker may exit
   std::thread worker([&] {
     for (auto& p : v) {
       p = lm_malloc(GetParam());
       ASSERT_NE(p, nullptr);
       memset(p, 0x3c, GetParam());
     }
-    std::unique_lock<std::mutex> lock(m);
-    phase = 1;
-    cv.notify_all();
-    cv.wait(lock, [&] { return phase == 2; });
+    phases.set(1);
+    phases.wait(2);
   });
-  {
-    std::unique_lock<std::mutex> lock(m);
-    cv.wait(lock, [&] { return phase == 1; });
-  }
+  phases.wait(1);
   const uint64_t grown = stat("small_spans") - spans0;
   ASSERT_GE(grown, 4u);
   for (void* p : v) lm_free(p);
@@ -135,11 +129,7 @@ TEST_P(SmallRelease, AnIdleOwnersRemoteFreesGoBackWithoutIt) {
   const uint64_t collected1 = stat("idle_heap_collections");
   lm_collect_idle_heaps(t0 + 2 * idle, idle);
   EXPECT_EQ(stat("idle_heap_collections"), collected1);
-  {
-    std::lock_guard<std::mutex> lock(m);
-    phase = 2;
-  }
-  cv.notify_all();
+  phases.set(2);
   worker.join();
   EXPECT_EQ(lm_check_invariants(), nullptr);
 }
@@ -156,9 +146,7 @@ TEST_P(SmallRelease, AQuietThreadsCachedFreesGoBackWithoutIt) {
   const uint64_t spans0 = stat("small_spans");
   const uint64_t bytes0 = stat("idle_cache_bytes");
   std::vector<void*> v(count());
-  std::mutex m;
-  std::condition_variable cv;
-  int phase = 0;  // 1: freed all but the last; 2: worker may go on
+  lmt::Phases phases;  // 1: freed all but the last; 2: worker may go on
   std::thread worker([&] {
     for (auto& p : v) {
       p = lm_malloc(GetParam());
@@ -166,16 +154,11 @@ TEST_P(SmallRelease, AQuietThreadsCachedFreesGoBackWithoutIt) {
       memset(p, 0x6b, GetParam());
     }
     for (size_t i = v.size() - 1; i-- > 0;) lm_free(v[i]);
-    std::unique_lock<std::mutex> lock(m);
-    phase = 1;
-    cv.notify_all();
-    cv.wait(lock, [&] { return phase == 2; });
+    phases.set(1);
+    phases.wait(2);
     lm_free(v.back());
   });
-  {
-    std::unique_lock<std::mutex> lock(m);
-    cv.wait(lock, [&] { return phase == 1; });
-  }
+  phases.wait(1);
   EXPECT_EQ(stat("small_spans"), spans0 + 2) << "the last object's span and the first, which the cached frees pin";
 
   const uint64_t t0 = 3000 * kSecond, idle = kSecond;
@@ -186,11 +169,7 @@ TEST_P(SmallRelease, AQuietThreadsCachedFreesGoBackWithoutIt) {
   lm_collect_idle_heaps(t0 + idle, idle);
   EXPECT_GE(stat("idle_cache_bytes") - bytes0, GetParam());
   EXPECT_EQ(stat("small_spans"), spans0 + 1);
-  {
-    std::lock_guard<std::mutex> lock(m);
-    phase = 2;
-  }
-  cv.notify_all();
+  phases.set(2);
   worker.join();
   EXPECT_EQ(lm_check_invariants(), nullptr);
 }
@@ -205,13 +184,13 @@ TEST(SmallReleaseFaults, NoProcessBarrierNoCollection) {
   lm_thread_collect();
   const uint64_t spans0 = stat("small_spans");
   std::vector<void*> v(1000);
-  std::atomic<int> phase{0};
+  lmt::Phases phases;  // 1: allocated; 2: worker may exit
   std::thread worker([&] {
     for (auto& p : v) p = lm_malloc(4000);
-    phase.store(1);
-    while (phase.load() != 2) std::this_thread::yield();
+    phases.set(1);
+    phases.wait(2);
   });
-  while (phase.load() != 1) std::this_thread::yield();
+  phases.wait(1);
   for (void* p : v) lm_free(p);
   lm_thread_collect();
   const uint64_t grown = stat("small_spans") - spans0;
@@ -227,7 +206,7 @@ TEST(SmallReleaseFaults, NoProcessBarrierNoCollection) {
   fake.barrier_fault.heal();
   EXPECT_GE(lm_collect_idle_heaps(t0 + idle, idle), grown - 3);
   EXPECT_LE(stat("small_spans"), spans0 + 1);
-  phase.store(2);
+  phases.set(2);
   worker.join();
   EXPECT_EQ(lm_check_invariants(), nullptr);
   lm_set_platform(&pal::linux_platform());
@@ -597,28 +576,20 @@ TEST(CacheStats, ThreadCachesAreCountedAtSlowPathsAndEveryHeldByteIsPlaced) {
   option_set(unsigned(Opt::background), 0);
   lm_init();
   lm_thread_collect();
-  std::mutex m;
-  std::condition_variable cv;
-  int phase = 0;  // 1: allocated; 2: collect; 3: collected; 4: exit
+  lmt::Phases phases;  // 1: allocated; 2: collect; 3: collected; 4: exit
   void* p = nullptr;
   const uint64_t cache0 = stat("cache_bytes"), taken0 = stat("span_taken_bytes");
   const uint64_t returned0 = stat("span_returned_bytes");
   std::thread worker([&] {
     p = lm_malloc(64);
-    std::unique_lock<std::mutex> lock(m);
-    phase = 1;
-    cv.notify_all();
-    cv.wait(lock, [&] { return phase == 2; });
+    phases.set(1);
+    phases.wait(2);
     lm_free(p);  // onto the cache, by the fast path: not counted yet
     lm_thread_collect();
-    phase = 3;
-    cv.notify_all();
-    cv.wait(lock, [&] { return phase == 4; });
+    phases.set(3);
+    phases.wait(4);
   });
-  {
-    std::unique_lock<std::mutex> lock(m);
-    cv.wait(lock, [&] { return phase == 1; });
-  }
+  phases.wait(1);
   const uint64_t taken = stat("span_taken_bytes") - taken0;
   EXPECT_GE(taken, 2u * 64) << "a refill fills the cache";
   EXPECT_EQ(stat("cache_bytes") - cache0, taken - 64);
@@ -644,20 +615,12 @@ TEST(CacheStats, ThreadCachesAreCountedAtSlowPathsAndEveryHeldByteIsPlaced) {
   }
   EXPECT_LE(per_heap, st["cache_bytes"].get<uint64_t>());
   EXPECT_GE(largest, taken - 64) << "the worker's heap";
-  {
-    std::unique_lock<std::mutex> lock(m);
-    phase = 2;
-    cv.notify_all();
-    cv.wait(lock, [&] { return phase == 3; });
-  }
+  phases.set(2);
+  phases.wait(3);
   // Everything the worker took is back, and its cache is empty.
   EXPECT_EQ(stat("cache_bytes"), cache0);
   EXPECT_EQ(stat("span_returned_bytes") - returned0, taken);
-  {
-    std::lock_guard<std::mutex> lock(m);
-    phase = 4;
-  }
-  cv.notify_all();
+  phases.set(4);
   worker.join();
   EXPECT_EQ(lm_check_invariants(), nullptr);
 }
