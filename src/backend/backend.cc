@@ -76,6 +76,7 @@ Span* Backend::alloc_units(unsigned n, bool fresh_slot, bool may_grow) {
     carve_run(head, 1);
     m = head;
     m->kind = SlotKind::kUnits;
+    ++unit_slots_;
     m->used = 0;
     m->purging = 0;
     idx = 0;
@@ -183,7 +184,8 @@ bool Backend::admit(size_t more) {
     stats_->add(Stat::limit_failures, 1);
     return false;
   }
-  if (LM_UNLIKELY(hugepages_ && !huge_arenas_) && active >= uint64_t(option(Opt::hugepage_threshold))) {
+  if (LM_UNLIKELY(hugepages_ && !huge_arenas_) && active >= uint64_t(option(Opt::hugepage_threshold)) &&
+      hugepages_pay()) {
     advise_arenas_huge();
   }
   return true;
@@ -196,11 +198,67 @@ bool Backend::admit(size_t more) {
 // slots not yet touched fault in hugepages from then on.  A huge block's
 // slots are advised when it is allocated whatever the heap's size (it is
 // one block, touched whole or nearly).
+//
+// A heap that shrinks leaves live data scattered over slots whose free
+// units and pages were purged.  While the arenas stay advised, khugepaged
+// (max_ptes_none 511 by default) collapses every such slot back into a
+// whole 2 MiB hugepage, filling the purged holes with zeroes: an idle
+// process with 8 MiB live over 128 slots was seen to grow back to 30 MiB
+// ten seconds after its purges, with none of its threads running.  So the
+// advice lasts only while hugepages pay: while the bytes the unit slots
+// really hold (active, less huge blocks and the pages purged inside spans)
+// fill at least a quarter of those slots.  Below that, after a purge, the
+// arenas are advised MADV_NOHUGEPAGE (huge blocks' own slots keep theirs);
+// the advice comes back, as at first, when the heap reaches the threshold
+// again and fills at least half of its unit slots.  The two fractions make
+// a band, so a heap near one of them does not switch back and forth.
+bool Backend::hugepages_pay() const {
+  uint64_t active = stats_->get(Stat::active_bytes);
+  uint64_t huge = stats_->get(Stat::huge_bytes);
+  uint64_t in_units = active > huge ? active - huge : 0;
+  uint64_t purged = stats_->get(Stat::span_purged_bytes);
+  uint64_t held = in_units > purged ? in_units - purged : 0;
+  uint64_t span = uint64_t(unit_slots_) * kSlotSize;
+  return huge_arenas_ ? held * 4 >= span : held * 2 >= span;
+}
+
 void Backend::advise_arenas_huge() {
   huge_arenas_ = true;
+  stats_->set(Stat::hugepage_advice, 1);
   for (Arena* a = arenas_; a; a = a->next) {
     platform_->advise_hugepage(platform_->ctx, reinterpret_cast<void*>(a->base), a->nslots * kSlotSize, true);
   }
+}
+
+// One call per run of slots that are not part of a huge block (those stay
+// advised, and are marked so, as advise_slots_huge would have).
+void Backend::withdraw_arenas_huge() {
+  huge_arenas_ = false;
+  stats_->set(Stat::hugepage_advice, 0);
+  stats_->add(Stat::hugepage_withdrawals, 1);
+  for (Arena* a = arenas_; a; a = a->next) {
+    size_t i = 0;
+    while (i < a->nslots) {
+      if (a->slots[i].kind == SlotKind::kHuge) {
+        a->slots[i++].thp = true;
+        continue;
+      }
+      size_t j = i;
+      while (j < a->nslots && a->slots[j].kind != SlotKind::kHuge) a->slots[j++].thp = false;
+      platform_->advise_hugepage(platform_->ctx, reinterpret_cast<void*>(a->slots[i].base), (j - i) * kSlotSize,
+                                 false);
+      i = j;
+    }
+  }
+}
+
+void Backend::review_hugepages_locked() {
+  if (huge_arenas_ && !hugepages_pay()) withdraw_arenas_huge();
+}
+
+void Backend::review_hugepages() {
+  LockGuard g(lock_);
+  review_hugepages_locked();
 }
 
 void Backend::advise_slots_huge(SlotMeta* first, size_t n) {
@@ -349,6 +407,7 @@ bool Backend::resize(Span* s, size_t bytes) {
     if (rest) account_take(m, rest);
     partial_remove(m);
     m->used = 0;
+    --unit_slots_;
     m->kind = SlotKind::kHuge;
     for (unsigned u = 0; u < kUnitsPerSlot; ++u) m->unit_span[u] = s;
     s->kind = SpanKind::kHuge;

@@ -264,6 +264,9 @@ class Backend {
   uint64_t oldest_retained_ns();
 
   MemoryState memory_state() const;
+  // Withdraws the arenas' hugepage advice if the heap has become sparse
+  // (see hugepages_pay); called after purges, which make it so.
+  void review_hugepages();
   // The timeline page (core/timeline.h, lazymalloc-run --timeline): once set,
   // every operation that changes the page-state gauges publishes them there
   // before it lets go of the lock; nullptr (the default, and in a fork
@@ -317,6 +320,9 @@ class Backend {
   // Opt::hugepage_threshold.
   bool admit(size_t more_active_bytes);
   void advise_arenas_huge();
+  void withdraw_arenas_huge();
+  bool hugepages_pay() const;
+  void review_hugepages_locked();
   void advise_slots_huge(SlotMeta* first, size_t nslots);
   void note_activity(uint64_t now);  // sets now_ and last_activity_ns_
   uint64_t slot_decay_ns(const SlotMeta* m, uint64_t base_ns, const PurgeSelect& sel) const;
@@ -360,6 +366,7 @@ class Backend {
   unsigned grown_ = 0;               // REQUIRES lock_: regular arenas reserved below arena_reserve_
   bool hugepages_ = false;           // Opt::hugepages
   bool huge_arenas_ = false;         // REQUIRES lock_: every arena is advised MADV_HUGEPAGE
+  size_t unit_slots_ = 0;            // REQUIRES lock_: slots of kind kUnits
   uint64_t now_ = 0;                 // REQUIRES lock_: the clock at this operation
   uint64_t last_activity_ns_ = 0;
   uint64_t hard_limit_ = 0;

@@ -318,6 +318,7 @@ void Backend::purge_finish(PurgeBatch* b, bool made_clean, bool failed) {
   }
   b->nitems = 0;
   b->nranges = 0;
+  if (!failed) review_hugepages_locked();
 }
 
 uint64_t Backend::oldest_retained_ns() {

@@ -39,7 +39,10 @@ void Backend::bin_unlink(SlotMeta* head) {
 }
 
 void Backend::insert_free_run(SlotMeta* first, size_t n) {
-  for (size_t i = 0; i < n; ++i) first[i].kind = SlotKind::kFree;
+  for (size_t i = 0; i < n; ++i) {
+    if (first[i].kind == SlotKind::kUnits) --unit_slots_;
+    first[i].kind = SlotKind::kFree;
+  }
   SlotMeta* head = first;
   size_t len = n;
   SlotMeta* left = neighbor(first, -1);

@@ -103,7 +103,9 @@ enum class OptKind : uint8_t { kBool, kInt, kSize, kMillis, kEnum };
   X(hugepages, kBool, 1, 0, 1, nullptr,                                                    \
     "advise arenas with `MADV_HUGEPAGE` so that 2 MiB slots are backed by transparent "      \
     "hugepages where the system allows (THP `madvise` or `always`), once the heap is big "  \
-    "enough (hugepage_threshold); a huge block's slots are advised at once")               \
+    "enough (hugepage_threshold) and dense; withdrawn (`MADV_NOHUGEPAGE`) when purges leave "  \
+    "its slots less than a quarter full, so that khugepaged does not fill the purged holes "  \
+    "back in; a huge block's slots are advised at once")                                     \
   X(hugepage_threshold, kSize, 4 << 20, 0, int64_t(1) << 50, nullptr,                      \
     "active bytes from which arenas are advised MADV_HUGEPAGE: below it a small program "   \
     "keeps 4 KiB pages (a hugepage faults in 2 MiB at the first touch of a slot); from it " \

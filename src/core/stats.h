@@ -86,6 +86,10 @@ class Writer;
                                "the second decay stage")                                         \
   X(background_start_failures, counter, "background threads that could not be created (decay then runs inline)") \
   X(inline_purges, counter, "decay purges run inline from free() (no background thread)")        \
+  X(hugepage_advice, gauge, "1 while the arenas are advised MADV_HUGEPAGE (the heap reached "      \
+    "hugepage_threshold and fills its slots densely enough for hugepages to pay)")                 \
+  X(hugepage_withdrawals, counter, "times the arenas' hugepage advice was withdrawn because the heap "  \
+    "had become sparse after purges (khugepaged would fill the purged holes back in)")             \
   X(huge_kept, counter, "huge blocks freed and kept RETAINED for reuse (within huge_retain)")    \
   X(huge_released, counter, "huge blocks freed and handed to the release workers at once")       \
   X(release_inflight_bytes, gauge, "bytes of freed huge blocks queued or being released (their "  \

@@ -214,6 +214,7 @@ void flush(PurgeBatch* batch) {
   if (g.purger.advise(batch, g.purger.decay_uses_dontneed(), &clean) == 0) {
     g.stats.add(Stat::span_page_purges, batch->bytes / kOsPageSize);
     g.stats.add(Stat::span_page_purge_bytes, batch->bytes);
+    g.backend.review_hugepages();
   }
   batch->nranges = 0;
   batch->bytes = 0;

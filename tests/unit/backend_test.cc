@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <tuple>
 #include <vector>
 
 #include "backend/backend.h"
@@ -265,6 +266,65 @@ TEST_F(BackendTest, HugepageAdviceStartsAtTheThresholdAndCoversHugeBlocksAtOnce)
                                    {arena, 64 * kMiB},
                                    {reinterpret_cast<uintptr_t>(fake.reservations[1].first), 60 * kMiB}}));
   for (Span* s : {small, h, h2, far}) backend->release(s);
+  EXPECT_EQ(backend->check_invariants(), nullptr);
+}
+
+// The arenas' advice lasts while hugepages pay: a heap that frees most of
+// its units, scattered, and has them purged is advised MADV_NOHUGEPAGE
+// (khugepaged would collapse each slot that still holds a live unit back
+// into a whole hugepage), except a huge block's own slots; filling its
+// slots again above the threshold brings the advice back.
+TEST_F(BackendTest, HugepageAdviceIsWithdrawnWhenPurgesLeaveTheHeapSparse) {
+  set(Opt::hugepage_threshold, 8 * kMiB);
+  backend->init(fake.get(), stats.get(), 64 * kMiB, true);
+  using Advice = std::vector<std::tuple<uintptr_t, size_t, bool>>;
+  std::vector<Span*> units{backend->alloc(kUnitSize, 16)};
+  ASSERT_NE(units[0], nullptr);
+  size_t seen = fake.hugepage_advice.size();  // the unit map's leaf
+  auto advice_since = [&] {
+    Advice out;
+    for (size_t i = seen; i < fake.hugepage_advice.size(); ++i) {
+      const auto& c = fake.hugepage_advice[i];
+      out.emplace_back(reinterpret_cast<uintptr_t>(c.addr), c.len, c.huge);
+    }
+    seen = fake.hugepage_advice.size();
+    return out;
+  };
+  for (unsigned i = 1; i < 5 * kUnitsPerSlot; ++i) {  // 10 MiB in five whole slots
+    units.push_back(backend->alloc(kUnitSize, 16));
+    ASSERT_NE(units.back(), nullptr);
+  }
+  ASSERT_EQ(fake.reservations.size(), 1u);
+  const uintptr_t arena = reinterpret_cast<uintptr_t>(fake.reservations[0].first);
+  EXPECT_EQ(advice_since(), (Advice{{arena, 64 * kMiB, true}}));
+  EXPECT_EQ(stats->get(Stat::hugepage_advice), 1u);
+  Span* h = backend->alloc(4 * kMiB, 16);  // a huge block: its slots keep their advice
+  ASSERT_NE(h, nullptr);
+  const uintptr_t h_start = reinterpret_cast<uintptr_t>(h->start);
+
+  // Keep one unit in each slot: 320 KiB live over 10 MiB of unit slots.
+  for (unsigned i = 0; i < units.size(); ++i) {
+    if (i % kUnitsPerSlot != 0) backend->release(units[i]);
+  }
+  EXPECT_TRUE(advice_since().empty());  // nothing changes until a purge
+  fake.advance_ms(int(option(Opt::partial_decay_ms)) + 100);  // units inside used slots
+  EXPECT_GT(purger->decay_pass(fake.now_ns), 0u);
+  EXPECT_EQ(advice_since(), (Advice{{arena, h_start - arena, false},
+                                    {h_start + 4 * kMiB, arena + 64 * kMiB - h_start - 4 * kMiB, false}}));
+  EXPECT_EQ(stats->get(Stat::hugepage_advice), 0u);
+  EXPECT_EQ(stats->get(Stat::hugepage_withdrawals), 1u);
+
+  // Refilled to 9.8 MiB over 10 MiB of unit slots: advised again, once.
+  std::vector<Span*> again;
+  for (unsigned i = 0; i < 5 * (kUnitsPerSlot - 1) - 2; ++i) {
+    again.push_back(backend->alloc(kUnitSize, 16));
+    ASSERT_NE(again.back(), nullptr);
+  }
+  EXPECT_EQ(advice_since(), (Advice{{arena, 64 * kMiB, true}}));
+  EXPECT_EQ(stats->get(Stat::hugepage_advice), 1u);
+  for (unsigned i = 0; i < units.size(); i += kUnitsPerSlot) backend->release(units[i]);
+  for (Span* s : again) backend->release(s);
+  backend->release(h);
   EXPECT_EQ(backend->check_invariants(), nullptr);
 }
 
