@@ -4,6 +4,7 @@
 //   lazybench run WORKLOAD [options]       one workload, in this process; one JSON line
 //   lazybench compare [WORKLOADS|all] ...  every workload under every allocator
 //   lazybench startup [options]            start-up cost (peak RSS, spawn time) per allocator
+//   lazybench idle [options]               idle cost (wakeups, CPU, held memory) per allocator
 //   lazybench server [options]             redis-server under every allocator: throughput, memory
 //   lazybench allocators                   which allocators compare would use
 //
@@ -17,6 +18,7 @@
 #include "harness/args.h"
 #include "run.h"
 #include "server.h"
+#include "idle.h"
 #include "startup.h"
 
 namespace {
@@ -103,6 +105,21 @@ int main(int argc, char** argv) {
   startup->add_option("--rss-runs", sopt.rss_runs, "Traced runs per allocator for the memory figures")
       ->capture_default_str();
 
+  lazybench::IdleOptions iopt;
+  auto* idle = app.add_subcommand(
+      "idle", "Idle cost under every allocator: wakeups, CPU and held memory of a process idle after a churn "
+              "(bench/idle_probe.c)");
+  idle->add_option("--allocators", iopt.allocators, "Comma list of allocators, as for compare");
+  idle->add_option("--lib", iopt.lib, "liblazymalloc.so to use for 'lazymalloc'");
+  idle->add_option("--probe", iopt.probe, "The idle-probe program (default: next to lazybench)");
+  idle->add_option("--reps", iopt.reps, "Runs per allocator, interleaved")->capture_default_str();
+  idle->add_option("--churn-mib", iopt.churn_mib, "MiB allocated, written and freed")->capture_default_str();
+  idle->add_option("--size", iopt.size, "Bytes per block")->capture_default_str();
+  idle->add_option("--stride", iopt.stride, "Every stride-th block stays live")->capture_default_str();
+  idle->add_option("--settle", iopt.settle_s, "Seconds of sleep after the frees, before the window")
+      ->capture_default_str();
+  idle->add_option("--window", iopt.window_s, "Seconds of idle sleep measured")->capture_default_str();
+
   lazybench::ServerOptions vopt;
   std::string server_timeout = "600";
   auto* server = app.add_subcommand(
@@ -171,6 +188,7 @@ int main(int argc, char** argv) {
     return lazybench::compare_command(copt);
   }
   if (*startup) return lazybench::startup_command(sopt);
+  if (*idle) return lazybench::idle_command(iopt);
   if (*server) {
     const auto t = lazybench::parse_seconds(server_timeout);
     if (!t || *t <= 0) {

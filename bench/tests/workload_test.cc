@@ -420,6 +420,82 @@ TEST(Server, QuickRunReportsEveryAllocatorAndCommand) {
   for (const auto& [who, count] : rates) EXPECT_EQ(count, 4) << who;
 }
 
+// The rows of a markdown table on stdout, by their first cell.
+std::map<std::string, std::vector<std::string>> table_rows(const std::string& md) {
+  std::map<std::string, std::vector<std::string>> rows;
+  std::istringstream in(md);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.size() < 2 || line[0] != '|' || line.find("---") != std::string::npos) continue;
+    std::vector<std::string> cells;
+    std::istringstream fields(line.substr(1));
+    std::string c;
+    while (std::getline(fields, c, '|')) {
+      c.erase(0, c.find_first_not_of(' '));
+      c.erase(c.find_last_not_of(' ') + 1);
+      cells.push_back(c);
+    }
+    if (!cells.empty()) rows[cells[0]] = cells;
+  }
+  return rows;
+}
+
+std::vector<std::string> tool_allocators() {
+  return g_lib.empty() ? std::vector<std::string>{"glibc"} : std::vector<std::string>{"lazymalloc", "glibc"};
+}
+
+std::vector<std::string> tool_argv(std::vector<std::string> argv) {
+  const auto a = tool_allocators();
+  argv.push_back("--allocators");
+  argv.push_back(a.size() == 1 ? a[0] : a[0] + "," + a[1]);
+  if (!g_lib.empty()) {
+    argv.push_back("--lib");
+    argv.push_back(g_lib);
+  }
+  return argv;
+}
+
+// `lazybench startup`: a row per allocator with its peak RSS (a process
+// holds at least its own stack and code), glibc's row the reference.
+TEST(Tools, StartupReportsEveryAllocator) {
+  auto opts = test::options();
+  opts.timeout_s = 120;
+  const auto r = spawn(tool_argv({g_lazybench, "startup", "--spawns", "3", "--rounds", "2", "--rss-runs", "1"}), opts);
+  ASSERT_EQ(r.exit_code(), 0) << r.describe();
+  const auto rows = table_rows(r.out);
+  for (const auto& a : tool_allocators()) {
+    ASSERT_TRUE(rows.count(a)) << r.out;
+    ASSERT_EQ(rows.at(a).size(), 6u) << r.out;
+    EXPECT_GT(std::stod(rows.at(a)[1]), 0.1) << r.out;  // peak RSS, MiB
+    EXPECT_GT(std::stod(rows.at(a)[4]), 0) << r.out;    // ms per process
+  }
+  EXPECT_EQ(rows.at("glibc")[5], "1.00x") << r.out;
+}
+
+// `lazybench idle`: a row per allocator from idle-probe's line; 16 MiB
+// churned with every 32nd 64 KiB block kept is 0.5 MiB live, and no
+// allocator holds less than the live data, which the probe wrote.
+TEST(Tools, IdleReportsEveryAllocator) {
+  auto opts = test::options();
+  opts.timeout_s = 120;
+  const auto r = spawn(tool_argv({g_lazybench, "idle", "--churn-mib", "16", "--settle", "0.2", "--window", "0.3"}), opts);
+  ASSERT_EQ(r.exit_code(), 0) << r.describe();
+  EXPECT_NE(r.out.find("Idle cost after a churn of 16 MiB"), std::string::npos) << r.out;
+  const auto rows = table_rows(r.out);
+  for (const auto& a : tool_allocators()) {
+    ASSERT_TRUE(rows.count(a)) << r.out;
+    const auto& row = rows.at(a);
+    ASSERT_EQ(row.size(), 8u) << r.out;
+    EXPECT_EQ(row[1], "0.5") << r.out;
+    EXPECT_GE(std::stod(row[2]), 0) << r.out;        // wakeups/s
+    EXPECT_GE(std::stod(row[5]), 0.5) << r.out;      // held at end
+    EXPECT_GE(std::stod(row[6]), -0.05) << r.out;    // held - live
+  }
+  const auto bad = spawn({g_lazybench, "idle", "--probe", "/nonexistent/idle-probe"}, test::options());
+  EXPECT_EQ(bad.exit_code(), 2) << bad.describe();
+  EXPECT_NE(bad.err.find("cannot run /nonexistent/idle-probe"), std::string::npos) << bad.err;
+}
+
 }  // namespace
 }  // namespace lazybench
 
