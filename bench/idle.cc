@@ -91,7 +91,8 @@ int idle_command(const IdleOptions& opt) {
         failed = true;
         continue;
       }
-      for (const auto& [key, v] : *values) runs[k][key].push_back(v);
+      // (A difference of rusage times can come out as -0.0000.)
+      for (const auto& [key, v] : *values) runs[k][key].push_back(key == "cpu_ms_per_s" && v < 0 ? 0.0 : v);
     }
   }
 
