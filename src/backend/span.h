@@ -93,6 +93,10 @@ struct alignas(64) Span {
   uint32_t purge_seen;  // `used` + 1 at the last purge pass that found nothing (0: none)
   uint8_t purge_group_shift;  // pages per bit of `purged`, log2
   uint8_t purge_shift;  // hysteresis: the span waits partial_decay_ms << purge_shift
+  // Of `purged`, the groups given MADV_FREE (still resident until the
+  // kernel needs the memory): the second stage turns them CLEAN (meaningful
+  // only where `purged` is set).
+  uint64_t lazy[kSpanPurgeBits / 64];
 
   // ---- line 3: other threads' ----
   alignas(64) std::atomic<uintptr_t> xfree;  // remote frees: Block* | state bits

@@ -127,8 +127,10 @@ class Writer;
     "listed again (the page's refault)")                                                            \
   X(span_refaults, counter, "spans revived sooner than their delay after their purge (each doubles " \
     "that span's delay: hysteresis)")                                                               \
-  X(span_purges_suppressed, counter, "spans a pass over a quiet heap did not purge because "       \
-    "hysteresis had lengthened their delay")                                                        \
+  X(span_purges_suppressed, counter, "spans a pass over a quiet heap did not purge (or, in the "   \
+    "second stage, give MADV_DONTNEED) because hysteresis had lengthened their delay")              \
+  X(span_lazy_decay_bytes, counter, "bytes of pages inside small spans purged with MADV_FREE and "  \
+    "given MADV_DONTNEED after lazy_decay_ms: the second decay stage inside spans")                 \
   X(discardable_blocks, gauge, "live discardable blocks (lazymalloc_discardable_alloc)")          \
   X(discardable_bytes, gauge, "bytes of live discardable blocks (page-rounded), in any state")    \
   X(discardable_locked_bytes, gauge, "bytes of locked discardable blocks (computed when the "     \

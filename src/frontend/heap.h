@@ -98,6 +98,11 @@ struct Heap {
   // next pass over its spans' free pages (span_purge.cc): 0 for the first
   // pass of an idle episode (the collector's span_idle_ns), ~0 for none.
   uint64_t span_purge_wait = 0;
+  // Background thread only: when its last pass gave pages inside its spans
+  // MADV_FREE (0: none LAZY since the last second-stage pass), and the
+  // longer LAZY age that pass's hysteresis asked for (0: lazy_decay_ms).
+  uint64_t span_lazy_ns = 0;
+  uint64_t span_lazy_wait = 0;
   // Another thread returned objects to one of this heap's spans since the
   // last collection (remote_push): an idle heap is collected again.
   std::atomic<bool> remote_pending{false};
@@ -158,12 +163,16 @@ void lm_thread_collect();
 // exited, to the backend; of those quiet for `span_idle_ns` (kNoSpanPurge:
 // never) it also purges the whole pages of their spans that hold only free
 // objects (span_purge.cc), each span waiting span_idle_ns << its
-// hysteresis shift until `hysteresis_until` (0: no hysteresis).  Returns
+// hysteresis shift until `hysteresis_until` (0: no hysteresis).  Pages
+// it gave MADV_FREE get MADV_DONTNEED once they have been LAZY for
+// `span_lazy_ns` (lazy_decay_ms; kNoSpanPurge: never), each span waiting
+// span_lazy_ns << its shift until `lazy_until` (the second stage).  Returns
 // the spans released; *next_due (if given) gets when a heap will next be
 // due (~0: none has anything to give).
 inline constexpr uint64_t kNoSpanPurge = ~uint64_t(0);
 size_t lm_collect_idle_heaps(uint64_t now_ns, uint64_t idle_ns, uint64_t* next_due = nullptr,
-                             uint64_t span_idle_ns = kNoSpanPurge, uint64_t hysteresis_until = 0);
+                             uint64_t span_idle_ns = kNoSpanPurge, uint64_t hysteresis_until = 0,
+                             uint64_t span_lazy_ns = kNoSpanPurge, uint64_t lazy_until = 0);
 void lm_memory_state(uint64_t out[5]);
 size_t lm_stats_write(char* buf, size_t len, bool json);
 void lm_stats_print(bool json, int fd = 2);

@@ -213,6 +213,15 @@ struct SpanPurgeArgs {
   uint64_t hysteresis_until;
 };
 bool heap_purge_spans(Heap* h, const SpanPurgeArgs& args, uint64_t* next_wait);
+// The second stage over heap h's spans: the purged groups given MADV_FREE
+// get MADV_DONTNEED, except in spans whose hysteresis asks for a longer
+// LAZY age (args.delay_ns, lazy_decay_ms, << the span's shift; the age runs
+// from h->span_lazy_ns) while now_ns < hysteresis_until (quiet_ns unused).
+// REQUIRES h claimed by the collector.  Returns false if it stopped because
+// the heap's thread woke and waits for it; else h->span_lazy_ns is 0 when
+// nothing LAZY is left.  *next_wait: the LAZY age a skipped span needs
+// (kNoDeadline: none).
+bool heap_clean_spans(Heap* h, const SpanPurgeArgs& args, uint64_t* next_wait);
 
 // ---- large and huge blocks (large.cc)
 

@@ -208,9 +208,10 @@ void lm_init() {
   g.releaser.init(&g.backend, &g.purger, g_platform, &g.stats);
   g.discard.init(&g.backend, g_platform, &g.stats);
   g.purger.attach(&g.discard);
-  g.purger.set_heap_collector([](uint64_t now, uint64_t idle_ns, uint64_t span_idle_ns, uint64_t until) {
+  g.purger.set_heap_collector([](uint64_t now, uint64_t idle_ns, uint64_t span_idle_ns, uint64_t until,
+                                  uint64_t span_lazy_ns, uint64_t lazy_until) {
     uint64_t due;
-    lm_collect_idle_heaps(now, idle_ns, &due, span_idle_ns, until);
+    lm_collect_idle_heaps(now, idle_ns, &due, span_idle_ns, until, span_lazy_ns, lazy_until);
     return due;
   });
   g.backend.set_hard_limit(uint64_t(option(Opt::memory_limit_hard)));
@@ -235,23 +236,37 @@ void lm_thread_collect() {
 
 namespace {
 
+// When a stage's next pass over a heap's spans is due: `delay` after
+// `since`, or the longer `wait` its spans' hysteresis asked for, which ends
+// when the process turns idle (`until`).
+uint64_t stage_due(uint64_t since, uint64_t wait, uint64_t delay, uint64_t until) {
+  uint64_t plain = since + delay;
+  if (wait <= delay) return plain;
+  uint64_t longer = since + wait;
+  uint64_t idle = until > plain ? until : plain;
+  return longer < idle ? longer : idle;
+}
+
 // When idle heap h's next pass over the free pages inside its spans is due
 // (kNoDeadline: none): span_idle_ns after it went quiet, or the longer wait
-// its spans' hysteresis asked for (span_purge_wait), which ends when the
-// process turns idle (hysteresis_until).
+// its spans' hysteresis asked for (span_purge_wait) until hysteresis_until.
 uint64_t span_purge_due(const Heap* h, uint64_t span_idle_ns, uint64_t hysteresis_until) {
   if (span_idle_ns == kNoSpanPurge || h->span_purge_wait == kNoDeadline) return kNoDeadline;
-  uint64_t plain = h->idle_seen_ns + span_idle_ns;
-  if (h->span_purge_wait <= span_idle_ns) return plain;
-  uint64_t longer = h->idle_seen_ns + h->span_purge_wait;
-  uint64_t idle = hysteresis_until > plain ? hysteresis_until : plain;
-  return longer < idle ? longer : idle;
+  return stage_due(h->idle_seen_ns, h->span_purge_wait, span_idle_ns, hysteresis_until);
+}
+
+// When its second stage is due (kNoDeadline: nothing LAZY in its spans):
+// span_lazy_ns after its last MADV_FREE, or the longer LAZY age its spans'
+// hysteresis asked for (span_lazy_wait) until lazy_until.
+uint64_t span_lazy_due(const Heap* h, uint64_t span_lazy_ns, uint64_t lazy_until) {
+  if (span_lazy_ns == kNoSpanPurge || h->span_lazy_ns == 0) return kNoDeadline;
+  return stage_due(h->span_lazy_ns, h->span_lazy_wait, span_lazy_ns, lazy_until);
 }
 
 }  // namespace
 
 size_t lm_collect_idle_heaps(uint64_t now, uint64_t idle_ns, uint64_t* next_due, uint64_t span_idle_ns,
-                             uint64_t hysteresis_until) {
+                             uint64_t hysteresis_until, uint64_t span_lazy_ns, uint64_t lazy_until) {
   uint64_t due = kNoDeadline;
   if (next_due) *next_due = due;
   if (g.init_state.load(std::memory_order_acquire) != 2) return 0;
@@ -266,6 +281,11 @@ size_t lm_collect_idle_heaps(uint64_t now, uint64_t idle_ns, uint64_t* next_due,
     h = g.all_heaps;
   }
   auto due_at = [&](uint64_t t) { due = t < due ? t : due; };
+  // When heap d's spans next need a pass of either stage.
+  auto pages_due = [&](const Heap* d) {
+    uint64_t a = span_purge_due(d, span_idle_ns, hysteresis_until), b = span_lazy_due(d, span_lazy_ns, lazy_until);
+    return a < b ? a : b;
+  };
   uint64_t released = 0, cache_bytes = 0;
   bool pending = false;
   while (h) {
@@ -273,6 +293,8 @@ size_t lm_collect_idle_heaps(uint64_t now, uint64_t idle_ns, uint64_t* next_due,
     Heap* batch[64];
     unsigned n = 0;
     for (; h && n < 64; h = h->next_all) {
+      // A clock behind the last MADV_FREE's (a test's): the LAZY age restarts.
+      if (h->span_lazy_ns > now) h->span_lazy_ns = now ? now : 1;
       uint64_t events = __atomic_load_n(&h->slow_events, __ATOMIC_RELAXED);
       if (events != h->idle_seen_events || h->idle_seen_ns == 0 || now < h->idle_seen_ns) {
         // Busy since the last look (or a clock behind the last look's: a
@@ -292,7 +314,7 @@ size_t lm_collect_idle_heaps(uint64_t now, uint64_t idle_ns, uint64_t* next_due,
         }
       } else {
         // Collected: only the free pages inside its spans may be left.
-        uint64_t pages = span_purge_due(h, span_idle_ns, hysteresis_until);
+        uint64_t pages = pages_due(h);
         if (pages > now) {
           due_at(pages);
           continue;
@@ -323,7 +345,7 @@ size_t lm_collect_idle_heaps(uint64_t now, uint64_t idle_ns, uint64_t* next_due,
           g.stats.add(Stat::idle_heap_collections, 1);
         }
       }
-      uint64_t pages = span_purge_due(d, span_idle_ns, hysteresis_until);
+      uint64_t pages = pages_due(d);
       if (pages <= now) {
         passes[np++] = d;
       } else {
@@ -344,14 +366,19 @@ size_t lm_collect_idle_heaps(uint64_t now, uint64_t idle_ns, uint64_t* next_due,
         due_at(now + idle_ns);  // it ran since the collection: not idle
         continue;
       }
+      // The second stage first: a first-stage purge now restarts the LAZY age.
       uint64_t next_wait;
-      SpanPurgeArgs args{now, now - d->idle_seen_ns, span_idle_ns, hysteresis_until};
-      if (heap_purge_spans(d, args, &next_wait)) {
-        d->span_purge_wait = next_wait;
-        due_at(span_purge_due(d, span_idle_ns, hysteresis_until));
-      } else {
-        due_at(now + idle_ns);  // its thread woke: looked at again
+      bool woke = false;
+      if (span_lazy_due(d, span_lazy_ns, lazy_until) <= now) {
+        SpanPurgeArgs args{now, now - d->idle_seen_ns, span_lazy_ns, lazy_until};
+        woke = !heap_clean_spans(d, args, &next_wait);
       }
+      if (!woke && span_purge_due(d, span_idle_ns, hysteresis_until) <= now) {
+        SpanPurgeArgs args{now, now - d->idle_seen_ns, span_idle_ns, hysteresis_until};
+        woke = !heap_purge_spans(d, args, &next_wait);
+        if (!woke) d->span_purge_wait = next_wait;
+      }
+      due_at(woke ? now + idle_ns : pages_due(d));  // woke: looked at again
     }
   }
   g.stats.add(Stat::idle_spans_released, released);

@@ -25,6 +25,13 @@
 // failure path (checks.cc), which tells a double free of a dormant object
 // (its tag may be gone) from a valid free.
 //
+// The second stage: groups given MADV_FREE stay resident (LazyFree) until
+// the kernel needs the memory, and Rss, what people read, counts them.  A
+// later pass (heap_clean_spans), once the heap's last MADV_FREE has been
+// LAZY for lazy_decay_ms, gives them MADV_DONTNEED, as the backend's lazy
+// stage does for free units.  They stay purged (dormant): only the advice
+// changes.
+//
 // Hysteresis: a span revived sooner than its delay after its purge doubles
 // that delay (purge_shift, at most kMaxPurgeShift); revived more than 8x
 // its delay after, it halves it (on the platform clock).  The delay is
@@ -60,6 +67,18 @@ void mask_store(Span* s, unsigned w, uint64_t v) { __atomic_store_n(&s->purged[w
 
 unsigned mask_count(const uint64_t* m) {
   return unsigned(__builtin_popcountll(m[0]) + __builtin_popcountll(m[1]));
+}
+
+// The runs of consecutive groups in mask m: the ranges a batch gets.
+unsigned mask_runs(const uint64_t* m) {
+  unsigned runs = 0;
+  bool prev = false;
+  for (unsigned grp = 0; grp < kSpanPurgeBits; ++grp) {
+    bool in = mask_test(m, grp);
+    if (in && !prev) ++runs;
+    prev = in;
+  }
+  return runs;
 }
 
 // The carved objects whose first byte lies in page group grp: [*a, *b).
@@ -131,17 +150,13 @@ bool plan(Span* s, FreeMap& map, uint64_t add[2], unsigned* nranges) {
   add[0] = add[1] = 0;
   size_t groups = carved / gb;
   if (groups > kSpanPurgeBits) groups = kSpanPurgeBits;
-  unsigned runs = 0;
-  bool prev = false;
   for (unsigned grp = 0; grp < groups; ++grp) {
     size_t lo = grp * gb, hi = lo + gb;
-    bool take = !mask_test(s->purged, grp) && map.all(uint32_t(lo / sz), uint32_t((hi - 1) / sz));
-    if (take) {
+    if (!mask_test(s->purged, grp) && map.all(uint32_t(lo / sz), uint32_t((hi - 1) / sz))) {
       add[grp / 64] |= uint64_t(1) << (grp % 64);
-      if (!prev) ++runs;
     }
-    prev = take;
   }
+  unsigned runs = mask_runs(add);
   if (!runs) {
     s->purge_seen = s->used + 1;
     return false;
@@ -177,43 +192,58 @@ uint32_t filter(Span* s, Block** head, const uint64_t add[2], uint32_t* steps) {
   return removed;
 }
 
-// Marks the groups of `add` purged in span s: their objects go dormant,
-// the free check's limit drops, and their ranges join `batch` (advised
-// before the heap is let go).
-void mark(Span* s, const uint64_t add[2], uint64_t now, PurgeBatch* batch) {
-  uint32_t steps = 0;
-  uint32_t removed = filter(s, &s->free, add, &steps);
-  removed += filter(s, &s->local_free, add, &steps);
-  s->dormant += removed;
-  for (unsigned w = 0; w < 2; ++w) mask_store(s, w, s->purged[w] | add[w]);
-  s->purged_ns = now ? now : 1;
-  s->purge_seen = 0;
-  span_set_check_limit(s);
+// Adds the ranges of span s's groups in mask m (mask_runs(m) of them) to
+// `batch`.
+void add_ranges(const Span* s, const uint64_t m[2], PurgeBatch* batch) {
   const size_t gb = group_bytes(s);
   for (unsigned grp = 0; grp < kSpanPurgeBits;) {
-    if (!mask_test(add, grp)) {
+    if (!mask_test(m, grp)) {
       ++grp;
       continue;
     }
     unsigned end = grp + 1;
-    while (end < kSpanPurgeBits && mask_test(add, end)) ++end;
+    while (end < kSpanPurgeBits && mask_test(m, end)) ++end;
     size_t len = (end - grp) * gb;
     batch->ranges[batch->nranges++] = {s->start + grp * gb, len};
     batch->bytes += len;
     grp = end;
   }
-  g.stats.add(Stat::span_purged_bytes, mask_count(add) * gb);
 }
 
-// Advises the batch (the heap held): MADV_FREE, or MADV_DONTNEED
-// where decay would use it.  A failed advice leaves the groups marked: their
-// objects are revived as any others (nothing was lost, nothing was freed).
-void flush(PurgeBatch* batch) {
+// Marks the groups of `add` purged in span s (`lazy`: they get MADV_FREE):
+// their objects go dormant, the free check's limit drops, and their ranges
+// join `batch` (advised before the heap is let go).
+void mark(Span* s, const uint64_t add[2], uint64_t now, bool lazy, PurgeBatch* batch) {
+  uint32_t steps = 0;
+  uint32_t removed = filter(s, &s->free, add, &steps);
+  removed += filter(s, &s->local_free, add, &steps);
+  s->dormant += removed;
+  for (unsigned w = 0; w < 2; ++w) {
+    mask_store(s, w, s->purged[w] | add[w]);
+    s->lazy[w] = (s->lazy[w] & ~add[w]) | (lazy ? add[w] : 0);
+  }
+  s->purged_ns = now ? now : 1;
+  s->purge_seen = 0;
+  span_set_check_limit(s);
+  add_ranges(s, add, batch);
+  g.stats.add(Stat::span_purged_bytes, mask_count(add) * group_bytes(s));
+}
+
+// Advises the batch (the heap held).  The first stage: MADV_FREE, or
+// MADV_DONTNEED where decay would use it; a failed advice leaves the groups
+// marked: their objects are revived as any others (nothing was lost,
+// nothing was freed).  The second stage (`second`): MADV_DONTNEED on
+// groups already purged.
+void flush(PurgeBatch* batch, bool second) {
   if (!batch->nranges) return;
   bool clean = false;
-  if (g.purger.advise(batch, g.purger.decay_uses_dontneed(), &clean) == 0) {
-    g.stats.add(Stat::span_page_purges, batch->bytes / kOsPageSize);
-    g.stats.add(Stat::span_page_purge_bytes, batch->bytes);
+  if (g.purger.advise(batch, second || g.purger.decay_uses_dontneed(), &clean) == 0) {
+    if (second) {
+      g.stats.add(Stat::span_lazy_decay_bytes, batch->bytes);
+    } else {
+      g.stats.add(Stat::span_page_purges, batch->bytes / kOsPageSize);
+      g.stats.add(Stat::span_page_purge_bytes, batch->bytes);
+    }
     g.backend.review_hugepages();
   }
   batch->nranges = 0;
@@ -223,6 +253,37 @@ void flush(PurgeBatch* batch) {
 // The heap's thread entered a slow path and waits for the collector to let
 // the heap go (heap_enter_wait).
 bool thread_waits(const Heap* h) { return h->claimed.load(std::memory_order_relaxed) == 2; }
+
+// One pass of a stage over heap h's spans (REQUIRES h claimed by the
+// collector): choose(s, m, &nranges) picks span s's groups (false: none),
+// apply(s, m, batch) records them and adds their ranges.  Advises a batch
+// at a time (purge_batch bytes, kMaxRanges ranges); false if it stopped
+// because the heap's thread woke and waits for it.
+template <class Choose, class Apply>
+bool walk_spans(Heap* h, bool second, Choose choose, Apply apply) {
+  PurgeBatch batch;
+  const size_t max_bytes = size_t(option(Opt::purge_batch));
+  unsigned planned = 0;
+  for (unsigned c = 0; c < kSmallClasses; ++c) {
+    for (Span* s = h->queue[c].head; s;) {
+      uint64_t m[2];
+      unsigned nranges = 0;
+      bool found = choose(s, m, &nranges);
+      bool full = found && (batch.nranges + nranges > PurgeBatch::kMaxRanges || batch.bytes >= max_bytes);
+      if (full || ++planned % kSpansPerHold == 0) {
+        // Bounds the time a waking thread waits: advise what is marked, and
+        // let the heap go if its thread waits for it.
+        flush(&batch, second);
+        if (thread_waits(h)) return false;
+        if (full) continue;  // chooses for s again
+      }
+      if (found) apply(s, m, &batch);
+      s = s->next;
+    }
+  }
+  flush(&batch, second);
+  return true;
+}
 
 }  // namespace
 
@@ -246,6 +307,7 @@ void span_purge_init(Span* s) {
   while (((pages + (size_t(1) << shift) - 1) >> shift) > kSpanPurgeBits) ++shift;
   s->purge_group_shift = shift;
   s->purged[0] = s->purged[1] = 0;
+  s->lazy[0] = s->lazy[1] = 0;
   s->dormant = 0;
   s->purged_ns = 0;
   s->purge_seen = 0;
@@ -317,37 +379,68 @@ void span_objects_taken(Span* s, Block* const* v, uint32_t n) {
 bool heap_purge_spans(Heap* h, const SpanPurgeArgs& args, uint64_t* next_wait) {
   *next_wait = kNoDeadline;
   FreeMap map;  // 512 bytes
-  PurgeBatch batch;
-  const size_t max_bytes = size_t(option(Opt::purge_batch));
   const bool hysteresis = args.now_ns < args.hysteresis_until;
-  unsigned planned = 0;
-  for (unsigned c = 0; c < kSmallClasses; ++c) {
-    for (Span* s = h->queue[c].head; s;) {
-      uint64_t add[2];
-      unsigned nranges = 0;
-      bool found = plan(s, map, add, &nranges);
-      if (found && hysteresis) {
-        uint64_t wait = args.delay_ns << s->purge_shift;
-        if (args.quiet_ns < wait) {
-          g.stats.add(Stat::span_purges_suppressed, 1);
-          if (wait < *next_wait) *next_wait = wait;
-          found = false;
+  const bool lazy = !g.purger.decay_uses_dontneed();
+  bool marked = false;
+  bool done = walk_spans(
+      h, false,
+      [&](Span* s, uint64_t add[2], unsigned* nranges) {
+        bool found = plan(s, map, add, nranges);
+        if (found && hysteresis) {
+          uint64_t wait = args.delay_ns << s->purge_shift;
+          if (args.quiet_ns < wait) {
+            g.stats.add(Stat::span_purges_suppressed, 1);
+            if (wait < *next_wait) *next_wait = wait;
+            found = false;
+          }
         }
-      }
-      bool full = found && (batch.nranges + nranges > PurgeBatch::kMaxRanges || batch.bytes >= max_bytes);
-      if (full || ++planned % kSpansPerHold == 0) {
-        // Bounds the time a waking thread waits: advise what is marked, and
-        // let the heap go if its thread waits for it.
-        flush(&batch);
-        if (thread_waits(h)) return false;
-        if (full) continue;  // plans s again
-      }
-      if (found) mark(s, add, args.now_ns, &batch);
-      s = s->next;
-    }
+        return found;
+      },
+      [&](Span* s, const uint64_t add[2], PurgeBatch* batch) {
+        mark(s, add, args.now_ns, lazy, batch);
+        marked = true;
+      });
+  if (marked && lazy) {
+    // The second stage counts the LAZY age from the heap's latest MADV_FREE.
+    h->span_lazy_ns = args.now_ns ? args.now_ns : 1;
+    h->span_lazy_wait = 0;
   }
-  flush(&batch);
-  return true;
+  return done;
+}
+
+bool heap_clean_spans(Heap* h, const SpanPurgeArgs& args, uint64_t* next_wait) {
+  *next_wait = kNoDeadline;
+  const bool hysteresis = args.now_ns < args.hysteresis_until;
+  const uint64_t age = args.now_ns > h->span_lazy_ns ? args.now_ns - h->span_lazy_ns : 0;
+  bool done = walk_spans(
+      h, true,
+      [&](Span* s, uint64_t m[2], unsigned* nranges) {
+        m[0] = s->purged[0] & s->lazy[0];
+        m[1] = s->purged[1] & s->lazy[1];
+        if (!(m[0] | m[1])) return false;
+        if (hysteresis) {
+          uint64_t wait = args.delay_ns << s->purge_shift;
+          if (age < wait) {
+            g.stats.add(Stat::span_purges_suppressed, 1);
+            if (wait < *next_wait) *next_wait = wait;
+            return false;
+          }
+        }
+        *nranges = mask_runs(m);
+        return true;
+      },
+      [&](Span* s, const uint64_t m[2], PurgeBatch* batch) {
+        s->lazy[0] &= ~m[0];
+        s->lazy[1] &= ~m[1];
+        add_ranges(s, m, batch);
+      });
+  if (done && *next_wait == kNoDeadline) {
+    h->span_lazy_ns = 0;  // nothing LAZY left in its spans
+    h->span_lazy_wait = 0;
+  } else if (done) {
+    h->span_lazy_wait = *next_wait;
+  }
+  return done;
 }
 
 }  // namespace lazymalloc::detail

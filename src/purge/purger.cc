@@ -326,7 +326,12 @@ void Purger::tick(uint64_t now) {
     PurgeSelect sel = decay_select(policy, now, backend_->last_activity_ns(), true);
     uint64_t span_idle = policy == kPurgeNever ? kNever : sel.min_age_partial_ns;
     uint64_t until = sel.hysteresis ? sel.idle_ns : 0;
-    heap_due_inv_.store(~heap_collector_(now, uint64_t(option(Opt::decay_ms)) * kMs, span_idle, until),
+    // Their MADV_FREE pages then wait lazy_decay_ms, as the lazy stage's.
+    PurgeSelect lazy = lazy_select(policy, now, backend_->last_activity_ns(), true);
+    uint64_t span_lazy = policy == kPurgeNever ? kNever : lazy.min_age_lazy_ns;
+    uint64_t lazy_until = lazy.hysteresis ? lazy.idle_ns : 0;
+    heap_due_inv_.store(~heap_collector_(now, uint64_t(option(Opt::decay_ms)) * kMs, span_idle, until, span_lazy,
+                                         lazy_until),
                         std::memory_order_relaxed);
   }
   uint64_t held = held_free();

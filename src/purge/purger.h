@@ -94,11 +94,14 @@ class Purger {
   // `span_idle_ns` (partial_decay_ms; 0 under `eager`, kNever under
   // `never`) also give back the free pages inside their spans, with the
   // advice decay uses, under per-span hysteresis until `hysteresis_until`
-  // (when the process turns idle; 0: none).  It returns when it wants to run
-  // again (kNever: no heap has anything to give), a deadline of the
-  // background thread like the decay's.  The purger only schedules it.
+  // (when the process turns idle; 0: none); pages it gave MADV_FREE get
+  // MADV_DONTNEED once LAZY for `span_lazy_ns` (lazy_decay_ms; kNever under
+  // `never`), with the lazy stage's hysteresis until `lazy_until`.  It
+  // returns when it wants to run again (kNever: no heap has anything to
+  // give), a deadline of the background thread like the decay's.  The
+  // purger only schedules it.
   using HeapCollector = uint64_t (*)(uint64_t now_ns, uint64_t idle_ns, uint64_t span_idle_ns,
-                                     uint64_t hysteresis_until);
+                                     uint64_t hysteresis_until, uint64_t span_lazy_ns, uint64_t lazy_until);
   void set_heap_collector(HeapCollector fn) { heap_collector_ = fn; }
   // A thread returned objects to a heap with nothing pending (no lock
   // held): the collector is due within decay_ms of `now`; wakes the

@@ -6,6 +6,7 @@
 // thread is off, so the collector runs only when a test calls it, with
 // clock values the test chooses.
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <atomic>
@@ -40,11 +41,14 @@ Platform manual_clock_platform() {
   return p;
 }
 
-// The collector with in-span purging at `now` (the manual clock too):
-// `hysteresis` applies for ever, or not at all.
-size_t collect(uint64_t now, uint64_t idle, uint64_t span_idle, bool hysteresis) {
+// The collector with in-span purging at `now` (the manual clock too), and
+// its second stage after `span_lazy` (kNoSpanPurge: none): `hysteresis`
+// applies for ever, or not at all.  *due (if given): its next deadline.
+size_t collect(uint64_t now, uint64_t idle, uint64_t span_idle, bool hysteresis,
+               uint64_t span_lazy = kNoSpanPurge, uint64_t* due = nullptr) {
   g_clock.store(now);
-  return lm_collect_idle_heaps(now, idle, nullptr, span_idle, hysteresis ? kNoDeadline : 0);
+  const uint64_t until = hysteresis ? kNoDeadline : 0;
+  return lm_collect_idle_heaps(now, idle, due, span_idle, until, span_lazy, until);
 }
 
 class SmallRelease : public ::testing::TestWithParam<size_t> {
@@ -413,6 +417,37 @@ class SpanPurge : public ::testing::TestWithParam<std::tuple<size_t, bool>> {
     live_.clear();
     lm_thread_collect();
   }
+  // The freed objects come back, each once, zeroed by calloc; none is a
+  // live one.  Then they are freed again.
+  void expect_freed_come_back_once() {
+    std::set<unsigned char*> live_set;
+    for (size_t i : live_) live_set.insert(all_[i]);
+    std::set<unsigned char*> got;
+    std::vector<unsigned char*> again;
+    for (size_t n = 0; n < freed_.size(); ++n) {
+      auto* p = static_cast<unsigned char*>(lm_calloc(1, size()));
+      ASSERT_NE(p, nullptr);
+      for (size_t k = 0; k < size(); ++k) ASSERT_EQ(p[k], 0) << "calloc byte " << k;
+      ASSERT_TRUE(got.insert(p).second) << "handed out twice: " << static_cast<void*>(p);
+      ASSERT_EQ(live_set.count(p), 0u) << "a live object handed out";
+      memset(p, 0xee, size());
+      again.push_back(p);
+    }
+    for (unsigned char* p : again) lm_free(p);
+  }
+  // How many of the pages of the dormant objects' first bytes (purged by
+  // the first stage) are resident (mincore).
+  size_t dormant_pages_resident() const {
+    std::set<size_t> pages;
+    for (size_t i : dormant_) pages.insert(page(all_[i]));
+    size_t n = 0;
+    for (size_t pg : pages) {
+      unsigned char in = 0;
+      EXPECT_EQ(mincore(reinterpret_cast<void*>(pg * kOsPageSize), kOsPageSize, &in), 0);
+      n += in & 1;
+    }
+    return n;
+  }
 
   static constexpr uint64_t kSpanIdle = 4 * kSecond;
   const Platform platform_ = manual_clock_platform();
@@ -445,24 +480,9 @@ TEST_P(SpanPurge, FreePagesGoBackAndTheirObjectsComeBackOnce) {
   for (size_t i : live_) ASSERT_EQ(lm_usable_size(all_[i]), lm_usable_size(all_[live_[0]])) << "the spans stay";
   expect_live_intact();
 
-  // The freed objects come back, each once, zeroed by calloc; none is a
-  // live one.
-  std::set<unsigned char*> live_set;
-  for (size_t i : live_) live_set.insert(all_[i]);
-  std::set<unsigned char*> got;
-  std::vector<unsigned char*> again;
-  for (size_t n = 0; n < freed_.size(); ++n) {
-    auto* p = static_cast<unsigned char*>(lm_calloc(1, size()));
-    ASSERT_NE(p, nullptr);
-    for (size_t k = 0; k < size(); ++k) ASSERT_EQ(p[k], 0) << "calloc byte " << k;
-    ASSERT_TRUE(got.insert(p).second) << "handed out twice: " << static_cast<void*>(p);
-    ASSERT_EQ(live_set.count(p), 0u) << "a live object handed out";
-    memset(p, 0xee, size());
-    again.push_back(p);
-  }
+  expect_freed_come_back_once();
   EXPECT_GE(stat("span_page_revivals") - revivals0, 1u);
   expect_live_intact();
-  for (unsigned char* p : again) lm_free(p);
   free_live();
   EXPECT_EQ(lm_check_invariants(), nullptr);
 }
@@ -486,6 +506,52 @@ TEST_P(SpanPurge, TheCollectorAsksToRunWhenThePassIsDue) {
   lm_collect_idle_heaps(t + kSpanIdle, kSecond, &due, kSpanIdle, 0);  // the pass
   EXPECT_GE(stat("span_page_purges") - purges0, free_pages_.size());
   EXPECT_EQ(due, kNoDeadline);
+  expect_live_intact();
+  free_live();
+  EXPECT_EQ(lm_check_invariants(), nullptr);
+}
+
+// The second stage inside spans: pages given MADV_FREE stay resident (Rss
+// counts them) until they have been LAZY for span_lazy; then they get
+// MADV_DONTNEED and leave Rss, and the collector asks for nothing more.
+// Pages purged with MADV_DONTNEED in the first place have no second stage.
+// Their objects still come back once, zeroed by calloc.
+TEST_P(SpanPurge, LazyPagesInsideSpansTurnCleanAfterTheLazyDecay) {
+  allocate_and_free_most();
+  ASSERT_FALSE(dormant_.empty());
+  constexpr uint64_t kSpanLazy = 10 * kSecond;
+  const uint64_t t = 8000 * kSecond, purged_at = t + kSpanIdle;
+  uint64_t due = 0;
+  collect(t, kSecond, kSpanIdle, false, kSpanLazy, &due);               // every heap seen
+  collect(t + kSecond, kSecond, kSpanIdle, false, kSpanLazy, &due);     // collected
+  const uint64_t purge_bytes0 = stat("span_page_purge_bytes"), clean0 = stat("span_lazy_decay_bytes");
+  const uint64_t dontneed0 = stat("purge_dontneed_bytes");
+  collect(purged_at, kSecond, kSpanIdle, false, kSpanLazy, &due);       // the first stage
+  const uint64_t purged = stat("span_page_purge_bytes") - purge_bytes0;
+  ASSERT_GE(purged, free_pages_.size() * kOsPageSize);
+  if (dontneed()) {
+    EXPECT_EQ(due, kNoDeadline);
+    EXPECT_EQ(dormant_pages_resident(), 0u);
+  } else {
+    EXPECT_EQ(due, purged_at + kSpanLazy);
+    // Not before the pages have been LAZY for span_lazy.
+    collect(purged_at + kSpanLazy - 1, kSecond, kSpanIdle, false, kSpanLazy, &due);
+    EXPECT_EQ(stat("span_lazy_decay_bytes"), clean0);
+    EXPECT_EQ(due, purged_at + kSpanLazy);
+    collect(purged_at + kSpanLazy, kSecond, kSpanIdle, false, kSpanLazy, &due);
+    EXPECT_GE(stat("span_lazy_decay_bytes") - clean0, purged);
+    EXPECT_GE(stat("purge_dontneed_bytes") - dontneed0, purged);
+    EXPECT_EQ(dormant_pages_resident(), 0u) << "of " << dormant_.size() << " dormant objects' pages";
+    EXPECT_EQ(due, kNoDeadline);
+  }
+  // Nothing more to do for either stage.
+  const uint64_t clean1 = stat("span_lazy_decay_bytes");
+  collect(purged_at + 3 * kSpanLazy, kSecond, kSpanIdle, false, kSpanLazy, &due);
+  EXPECT_EQ(stat("span_lazy_decay_bytes"), clean1);
+  EXPECT_EQ(due, kNoDeadline);
+  EXPECT_GE(stat("span_purged_bytes"), free_pages_.size() * kOsPageSize) << "the pages stay purged";
+  expect_live_intact();
+  expect_freed_come_back_once();
   expect_live_intact();
   free_live();
   EXPECT_EQ(lm_check_invariants(), nullptr);
