@@ -211,7 +211,8 @@ void mark(Span* s, const uint64_t add[2], uint64_t now, PurgeBatch* batch) {
 void flush(PurgeBatch* batch) {
   if (!batch->nranges) return;
   bool clean = false;
-  if (g.purger.advise(batch, g.purger.decay_uses_dontneed(), &clean) == 0) {
+  if (g.purger.adviser().advise(batch->ranges, batch->nranges, batch->bytes, g.purger.decay_uses_dontneed(),
+                               &clean) == 0) {
     g.stats.add(Stat::span_page_purges, batch->bytes / kOsPageSize);
     g.stats.add(Stat::span_page_purge_bytes, batch->bytes);
   }

@@ -279,11 +279,8 @@ size_t Discardable::discard_batch(Claim* claims, unsigned n, size_t max_range) {
     if (nr == 0) return;
     unsigned c = 0;
     int r = 0;
-    if (purger_) {
-      PurgeBatch batch;
-      for (unsigned i = 0; i < nr; ++i) batch.ranges[i] = ranges[i];
-      batch.nranges = nr;
-      r = purger_->advise_ranges(&batch, Advice::kDontNeed, &c);
+    if (adviser_) {
+      r = adviser_->advise_ranges(ranges, nr, Advice::kDontNeed, &c);
     } else {
       for (unsigned i = 0; i < nr; ++i, ++c) {
         if (int e = platform_->advise(platform_->ctx, ranges[i].addr, ranges[i].len, Advice::kDontNeed)) r = e;

@@ -45,6 +45,7 @@
 #include "core/stats.h"
 #include "pal/lock.h"
 #include "pal/pal.h"
+#include "purge/adviser.h"
 
 namespace lazymalloc {
 
@@ -76,7 +77,6 @@ struct DiscardBlock {
 
 enum class LockResult : int { kIntact = 0, kDiscarded = 1, kInvalid = -1, kOverflow = -2 };
 
-class Purger;
 
 class Discardable {
  public:
@@ -85,8 +85,8 @@ class Discardable {
 
   constexpr Discardable() = default;
   // `backend` and `stats` must outlive the component.
-  // The purger whose advice path (vectored, with fallbacks) discards use.
-  void set_purger(Purger* purger) { purger_ = purger; }
+  // The advice path (vectored, with fallbacks) discards use.
+  void set_adviser(Adviser* adviser) { adviser_ = adviser; }
   void init(Backend* backend, const Platform* platform, Stats* stats) {
     backend_ = backend;
     platform_ = platform;
@@ -168,7 +168,7 @@ class Discardable {
 
   Backend* backend_ = nullptr;
   const Platform* platform_ = nullptr;
-  Purger* purger_ = nullptr;  // advises the ranges (process_madvise, fallbacks); may be null
+  Adviser* adviser_ = nullptr;  // advises the ranges (process_madvise, fallbacks); may be null
   Stats* stats_ = nullptr;
   Mutex pass_lock_;  // one discard pass at a time (held across madvise)
   Mutex lock_;       // block list, chunk list, allocation

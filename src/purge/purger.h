@@ -1,5 +1,5 @@
 // The purger: decides which free memory goes back to the kernel and when,
-// and performs the madvise calls with no allocator lock held.
+// and has it advised (adviser.h) with no allocator lock held.
 //
 // Policies (Opt::purge):
 //   adaptive  free 2 MiB slots idle for decay_ms, and free units in partly
@@ -28,6 +28,7 @@
 #include "core/options.h"
 #include "pal/lock.h"
 #include "pal/pal.h"
+#include "purge/adviser.h"
 #include "purge/discard.h"
 #include "purge/pressure.h"
 
@@ -80,12 +81,13 @@ class Purger {
     backend_ = backend;
     platform_ = platform;
     stats_ = stats;
+    adviser_.init(platform, stats);
   }
   // Unlocked discardable blocks are discarded by relieve(), purge_all() and
   // the discardable_limit (tick, or inline without a background thread).
   void attach(Discardable* discard) {
     discard_ = discard;
-    discard->set_purger(this);
+    discard->set_adviser(&adviser_);
   }
   // The frontend's collector of idle heaps (frontend/heap.h,
   // lm_collect_idle_heaps): each tick, before decay, heaps whose thread has
@@ -159,16 +161,9 @@ class Purger {
   }
   PressureMonitor& pressure() { return pressure_; }
 
-  // Advises every range of `batch`: MADV_FREE, or MADV_DONTNEED when
-  // `dontneed` or when the kernel refuses MADV_FREE (then for good).  Counts
-  // calls, bytes and time.  Returns 0 or the kernel's errno; *clean tells
-  // which advice took effect, *ns (if given) the time it took.  Does not
-  // settle the batch (purge_finish).  Safe from several threads at once.
-  int advise(PurgeBatch* batch, bool dontneed, bool* clean, uint64_t* ns = nullptr);
-  // One advice for the ranges of `batch`: one process_madvise(2) vector where
-  // the kernel takes it (remembered when it does not), else madvise per range.
-  // 0 or an errno value; *calls gets the system calls made.
-  int advise_ranges(const PurgeBatch* batch, Advice advice, unsigned* calls);
+  // The vectored madvise and its fallbacks (adviser.h), which the
+  // releaser, the span purges and the discardable blocks share.
+  Adviser& adviser() { return adviser_; }
   // The advice decay uses: MADV_DONTNEED with purge_advice=dontneed, or
   // with `auto` inside a memory-limited cgroup; else MADV_FREE.
   bool decay_uses_dontneed() const;
@@ -178,8 +173,6 @@ class Purger {
   // `never`), and whether its release uses MADV_DONTNEED.
   uint64_t huge_retain_budget(uint64_t now) const;
   bool release_dontneed(uint64_t now) const;
-  bool free_unsupported() const { return free_unsupported_.load(std::memory_order_relaxed); }
-  bool vector_unsupported() const { return vector_refused_.load(std::memory_order_relaxed); }
 
   void fork_prepare() { lock_.lock(); }
   void fork_parent() { lock_.unlock(); }
@@ -208,8 +201,7 @@ class Purger {
   std::atomic<uint64_t> heap_due_inv_{0};
   Mutex lock_;  // one purge pass at a time
   PressureMonitor pressure_;
-  std::atomic<bool> free_unsupported_{false};
-  std::atomic<bool> vector_refused_{false};
+  Adviser adviser_;
   std::atomic<uint64_t> last_inline_ns_{0};
   std::atomic<uint64_t> last_pressure_ns_{0};  // last relieve() (pressure, limits, API)
   std::atomic<bool> pressure_ready_{false};

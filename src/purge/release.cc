@@ -113,7 +113,7 @@ bool Releaser::run_one(bool helper) {
   }
   bool clean = false;
   uint64_t busy = 0;
-  int rc = purger_->advise(&batch, dontneed, &clean, &busy);
+  int rc = purger_->adviser().advise(batch.ranges, batch.nranges, batch.bytes, dontneed, &clean, &busy);
   uint64_t bytes = batch.bytes;
   {
     LockGuard g(lock_);
