@@ -27,16 +27,12 @@ Span* Backend::new_span() { return spans_.alloc(*platform_, stats_); }
 void Backend::account_take(SlotMeta* m, uint32_t mask) {
   uint32_t purged = mask & ~m->retained;
   if (purged && m->purged_ns) {
-    // Hysteresis bookkeeping: was the purge of this slot premature?
-    uint64_t since = now_ > m->purged_ns ? now_ - m->purged_ns : 0;
-    int64_t base_ms = option(m->lazy_purged ? Opt::lazy_decay_ms : Opt::decay_ms);
-    uint64_t decay = (uint64_t(base_ms) * 1000000) << m->decay_shift;
-    if (since < decay) {
+    // Reuse after a purge: the policy judges whether it came too early.
+    bool premature = false;
+    m->decay_shift = policy_->reuse_shift(*m, now_, &premature);
+    if (premature) {
       stats_->add(Stat::refaults, 1);
       stats_->add(Stat::refault_bytes, units_bytes(purged));
-      if (m->decay_shift < kMaxDecayShift) m->decay_shift++;
-    } else if (since > 8 * decay && m->decay_shift) {
-      m->decay_shift--;
     }
     m->purged_ns = 0;
   }
@@ -282,12 +278,7 @@ bool Backend::release_huge(Span* s, uint64_t retain_budget, SlotRun* run, uint64
     note_activity(now);
     SlotMeta* first = s->slot;
     size_t n = s->nslots;
-    // A pinned range (hysteresis at its cap) is kept unless the budget is 0
-    // (pressure, limits, eager policy).
-    uint8_t shift = first->decay_shift;
-    uint64_t budget = shift >= kMaxDecayShift || retain_budget > (~uint64_t(0) >> shift)
-                          ? ~uint64_t(0) : retain_budget << shift;
-    keep = retain_budget && stats_->get(Stat::retained_bytes) + s->bytes <= budget;
+    keep = policy_->keep_huge(*first, s->bytes, stats_->get(Stat::retained_bytes), retain_budget);
     release_huge_stats(s);
     if (keep) {
       release_slots(first, n, now, false);

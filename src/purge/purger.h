@@ -4,7 +4,7 @@
 // Policies (Opt::purge):
 //   adaptive  free 2 MiB slots idle for decay_ms, and free units in partly
 //             used slots idle for partial_decay_ms, are purged oldest first,
-//             in batches of at most purge_batch bytes; hysteresis (backend.h)
+//             in batches of at most purge_batch bytes; hysteresis (policy.h)
 //             lengthens the decay of slots that come back soon after a purge
 //             and pins those that keep coming back, except when the whole
 //             process has been idle for decay_ms;  memory then LAZY for
@@ -30,6 +30,7 @@
 #include "pal/pal.h"
 #include "purge/adviser.h"
 #include "purge/discard.h"
+#include "purge/policy.h"
 #include "purge/pressure.h"
 
 namespace lazymalloc {
@@ -82,6 +83,7 @@ class Purger {
     platform_ = platform;
     stats_ = stats;
     adviser_.init(platform, stats);
+    backend->set_policy(&release_policy_instance());
   }
   // Unlocked discardable blocks are discarded by relieve(), purge_all() and
   // the discardable_limit (tick, or inline without a background thread).
