@@ -21,6 +21,26 @@ void Backend::init(const Platform* platform, Stats* stats, size_t arena_reserve,
 
 Span* Backend::new_span() { return spans_.alloc(*platform_, stats_); }
 
+Gauge& Backend::page_gauge(Stat s) {
+  switch (s) {
+    case Stat::reserved_bytes: return pages_.reserved;
+    case Stat::active_bytes: return pages_.active;
+    case Stat::retained_bytes: return pages_.retained;
+    case Stat::lazy_bytes: return pages_.lazy;
+    default: return pages_.clean;
+  }
+}
+
+void Backend::pages_add(Stat s, uint64_t n) {
+  stats_->add(s, n);
+  page_gauge(s).add(n);
+}
+
+void Backend::pages_sub(Stat s, uint64_t n) {
+  stats_->sub(s, n);
+  page_gauge(s).sub(n);
+}
+
 // ---------------------------------------------------------- allocation
 
 // Moves the units in `mask` (all free) from their page state to active.
@@ -39,10 +59,10 @@ void Backend::account_take(SlotMeta* m, uint32_t mask) {
   uint64_t r = units_bytes(mask & m->retained);
   uint64_t l = units_bytes(mask & m->lazy);
   uint64_t all = units_bytes(mask);
-  stats_->sub(Stat::retained_bytes, r);
-  stats_->sub(Stat::lazy_bytes, l);
-  stats_->sub(Stat::clean_bytes, all - r - l);
-  stats_->add(Stat::active_bytes, all);
+  pages_sub(Stat::retained_bytes, r);
+  pages_sub(Stat::lazy_bytes, l);
+  pages_sub(Stat::clean_bytes, all - r - l);
+  pages_add(Stat::active_bytes, all);
   stats_->add(Stat::reuse_retained_bytes, r);
   stats_->add(Stat::reuse_lazy_bytes, l);
   stats_->add(Stat::reuse_clean_bytes, all - r - l);
@@ -173,7 +193,7 @@ void Backend::note_activity(uint64_t now) {
 }
 
 bool Backend::admit(size_t more) {
-  uint64_t active = stats_->get(Stat::active_bytes) + more;
+  uint64_t active = pages_.active.get() + more;
   uint64_t hard = hard_limit();
   if (hard && active > hard) {
     stats_->add(Stat::limit_failures, 1);
@@ -232,8 +252,8 @@ void Backend::release_slots(SlotMeta* first, size_t n, uint64_t now, bool clean)
     lazy_remove(m);
     dirty_touch(m, now);
   }
-  stats_->sub(Stat::active_bytes, n * kSlotSize);
-  stats_->add(clean ? Stat::clean_bytes : Stat::retained_bytes, n * kSlotSize);
+  pages_sub(Stat::active_bytes, n * kSlotSize);
+  pages_add(clean ? Stat::clean_bytes : Stat::retained_bytes, n * kSlotSize);
   insert_free_run(first, n);
 }
 
@@ -258,8 +278,8 @@ uint64_t Backend::release(Span* s, bool contents_gone) {
       for (unsigned u = 0; u < s->nunits; ++u) m->unit_span[s->first_unit + u] = nullptr;
       m->used &= ~mask;
       if (!contents_gone) m->retained |= mask;
-      stats_->sub(Stat::active_bytes, units_bytes(mask));
-      stats_->add(contents_gone ? Stat::clean_bytes : Stat::retained_bytes, units_bytes(mask));
+      pages_sub(Stat::active_bytes, units_bytes(mask));
+      pages_add(contents_gone ? Stat::clean_bytes : Stat::retained_bytes, units_bytes(mask));
       dirty_touch(m, now);
       if (m->used == 0) slot_units_to_free_run(m, now); else partial_add(m);
     }
@@ -278,7 +298,7 @@ bool Backend::release_huge(Span* s, uint64_t retain_budget, SlotRun* run, uint64
     note_activity(now);
     SlotMeta* first = s->slot;
     size_t n = s->nslots;
-    keep = policy_->keep_huge(*first, s->bytes, stats_->get(Stat::retained_bytes), retain_budget);
+    keep = policy_->keep_huge(*first, s->bytes, pages_.retained.get(), retain_budget);
     release_huge_stats(s);
     if (keep) {
       release_slots(first, n, now, false);
@@ -299,8 +319,8 @@ bool Backend::release_huge(Span* s, uint64_t retain_budget, SlotRun* run, uint64
         m->free_ns = now;
       }
       purging_slots_ += n;
-      stats_->sub(Stat::active_bytes, s->bytes);
-      stats_->add(Stat::retained_bytes, s->bytes);
+      pages_sub(Stat::active_bytes, s->bytes);
+      pages_add(Stat::retained_bytes, s->bytes);
       run->first = first;
       run->nslots = n;
     }
@@ -362,8 +382,8 @@ bool Backend::resize(Span* s, size_t bytes) {
       for (unsigned u = want; u < have; ++u) m->unit_span[s->first_unit + u] = nullptr;
       m->used &= ~tail;
       m->retained |= tail;
-      stats_->sub(Stat::active_bytes, units_bytes(tail));
-      stats_->add(Stat::retained_bytes, units_bytes(tail));
+      pages_sub(Stat::active_bytes, units_bytes(tail));
+      pages_add(Stat::retained_bytes, units_bytes(tail));
       dirty_touch(m, now);
       partial_add(m);
     } else {
@@ -415,11 +435,11 @@ void Backend::set_timeline(TimelinePage* page) {
 
 void Backend::publish_timeline() {
   TimelinePage::Gauges v{};
-  v.active = stats_->get(Stat::active_bytes);
-  v.retained = stats_->get(Stat::retained_bytes);
-  v.lazy = stats_->get(Stat::lazy_bytes);
-  v.clean = stats_->get(Stat::clean_bytes);
-  v.reserved = stats_->get(Stat::reserved_bytes);
+  v.active = pages_.active.get();
+  v.retained = pages_.retained.get();
+  v.lazy = pages_.lazy.get();
+  v.clean = pages_.clean.get();
+  v.reserved = pages_.reserved.get();
   timeline_->publish(v);
 }
 }  // namespace lazymalloc

@@ -25,6 +25,7 @@
 
 #include "backend/meta_pool.h"
 #include "backend/span.h"
+#include "core/accounting.h"
 #include "core/bits.h"
 #include "core/config.h"
 #include "core/stats.h"
@@ -337,6 +338,11 @@ class Backend {
   void advise_arenas_huge();
   void advise_slots_huge(SlotMeta* first, size_t nslots);
   void note_activity(uint64_t now);  // sets now_ and last_activity_ns_
+  // Page-state bytes (Stat::reserved_bytes .. clean_bytes): the books that
+  // decisions read (pages_) and the statistic that reports them, together.
+  Gauge& page_gauge(Stat s);
+  void pages_add(Stat s, uint64_t n);
+  void pages_sub(Stat s, uint64_t n);
   void dirty_touch(SlotMeta* m, uint64_t now);
   void dirty_remove(SlotMeta* m);
   void lazy_touch(SlotMeta* m, uint64_t now);  // units of m became LAZY now
@@ -369,7 +375,8 @@ class Backend {
 
   const Platform* platform_ = nullptr;
   const SlotPolicy* policy_ = nullptr;
-  Stats* stats_ = nullptr;
+  Stats* stats_ = nullptr;  // reporting only: decisions read pages_
+  PageAccounting pages_;
   TimelinePage* timeline_ = nullptr;  // REQUIRES lock_
   size_t arena_reserve_ = 0;
   static constexpr size_t kFirstArena = size_t(64) << 20;

@@ -271,12 +271,12 @@ void Backend::purge_finish(PurgeBatch* b, bool made_clean, bool failed) {
     s->lazy_purged = b->lazy_stage;
     uint64_t from_retained = units_bytes(mask & ~was_lazy);
     uint64_t from_lazy = units_bytes(was_lazy);
-    stats_->sub(Stat::retained_bytes, from_retained);
-    stats_->sub(Stat::lazy_bytes, from_lazy);
+    pages_sub(Stat::retained_bytes, from_retained);
+    pages_sub(Stat::lazy_bytes, from_lazy);
     if (made_clean) {
-      stats_->add(Stat::clean_bytes, from_retained + from_lazy);
+      pages_add(Stat::clean_bytes, from_retained + from_lazy);
     } else {
-      stats_->add(Stat::lazy_bytes, from_retained + from_lazy);
+      pages_add(Stat::lazy_bytes, from_retained + from_lazy);
       s->lazy |= mask;
       lazy_touch(s, now);
     }

@@ -198,7 +198,7 @@ bool checks_wanted() {
 uint64_t Purger::held_free() const {
   MemoryState m = backend_->memory_state();
   uint64_t held = option(Opt::purge) == kPurgeNever ? 0 : m.retained + m.lazy;
-  if (discard_) held += stats_->get(Stat::discardable_bytes);
+  if (discard_) held += discard_->live_bytes();
   return held;
 }
 
@@ -243,7 +243,7 @@ uint64_t Purger::next_due(uint64_t now) {
     if (check < due) due = check;
   }
   // Huge blocks being released settle as LAZY (or CLEAN) later: look again.
-  if (stats_->get(Stat::release_inflight_bytes)) {
+  if (releases_ && releases_->inflight_bytes.get()) {
     uint64_t again = now + uint64_t(option(Opt::background_interval_ms)) * kMs;
     if (again < due) due = again;
   }
@@ -366,7 +366,8 @@ bool BackgroundPurger::last_thread() const {
   if (platform_->read_file(platform_->ctx, "/proc/self/status", text, sizeof text) <= 0) return false;
   uint64_t live = 0;
   // Release workers are ours too (they exit after a second without work).
-  uint64_t ours = 1 + stats_->get(Stat::release_threads);
+  const ReleaseAccounting* rel = purger_->releases_;
+  uint64_t ours = 1 + (rel ? rel->threads.get() : 0);
   return parse_status_live_threads(text, &live) && live <= ours;
 }
 

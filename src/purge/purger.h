@@ -25,6 +25,7 @@
 #include <cstdint>
 
 #include "backend/backend.h"
+#include "core/accounting.h"
 #include "core/options.h"
 #include "pal/lock.h"
 #include "pal/pal.h"
@@ -104,6 +105,10 @@ class Purger {
   using HeapCollector = uint64_t (*)(uint64_t now_ns, uint64_t idle_ns, uint64_t span_idle_ns,
                                      uint64_t hysteresis_until);
   void set_heap_collector(HeapCollector fn) { heap_collector_ = fn; }
+  // The releaser's in-flight bytes and workers (Releaser::init): the
+  // deadlines poll while releases are in flight; the background thread
+  // counts the workers among the process's threads that are ours.
+  void watch_releases(const ReleaseAccounting* releases) { releases_ = releases; }
   // A thread returned objects to a heap with nothing pending (no lock
   // held): the collector is due within decay_ms of `now`; wakes the
   // background thread if it sleeps longer.
@@ -196,6 +201,7 @@ class Purger {
   const Platform* platform_ = nullptr;
   Stats* stats_ = nullptr;
   Discardable* discard_ = nullptr;
+  const ReleaseAccounting* releases_ = nullptr;
   HeapCollector heap_collector_ = nullptr;
   // The collector's next deadline, stored complemented so that "none"
   // (kNoDeadline) is 0: the process-wide allocator, of which the Purger is
