@@ -133,8 +133,8 @@ Arena* Backend::add_arena(size_t min_slots, size_t align) {
   arenas_ = a;
   stats_->add(Stat::arenas, 1);
   if (!own && regular < arena_reserve_) ++grown_;
-  stats_->add(Stat::reserved_bytes, want);
-  stats_->add(Stat::clean_bytes, want);
+  pages_add(Stat::reserved_bytes, want);
+  pages_add(Stat::clean_bytes, want);
   insert_free_run(&slots[0], nslots);
   return a;
 }

@@ -21,32 +21,49 @@ void Backend::init(const Platform* platform, Stats* stats, size_t arena_reserve,
 
 Span* Backend::new_span() { return spans_.alloc(*platform_, stats_); }
 
+Gauge& Backend::page_gauge(Stat s) {
+  switch (s) {
+    case Stat::reserved_bytes: return pages_.reserved;
+    case Stat::active_bytes: return pages_.active;
+    case Stat::retained_bytes: return pages_.retained;
+    case Stat::lazy_bytes: return pages_.lazy;
+    case Stat::huge_bytes: return pages_.huge;
+    default: return pages_.clean;
+  }
+}
+
+void Backend::pages_add(Stat s, uint64_t n) {
+  stats_->add(s, n);
+  page_gauge(s).add(n);
+}
+
+void Backend::pages_sub(Stat s, uint64_t n) {
+  stats_->sub(s, n);
+  page_gauge(s).sub(n);
+}
+
 // ---------------------------------------------------------- allocation
 
 // Moves the units in `mask` (all free) from their page state to active.
 void Backend::account_take(SlotMeta* m, uint32_t mask) {
   uint32_t purged = mask & ~m->retained;
   if (purged && m->purged_ns) {
-    // Hysteresis bookkeeping: was the purge of this slot premature?
-    uint64_t since = now_ > m->purged_ns ? now_ - m->purged_ns : 0;
-    int64_t base_ms = option(m->lazy_purged ? Opt::lazy_decay_ms : Opt::decay_ms);
-    uint64_t decay = (uint64_t(base_ms) * 1000000) << m->decay_shift;
-    if (since < decay) {
+    // Reuse after a purge: the policy judges whether it came too early.
+    bool premature = false;
+    m->decay_shift = policy_->reuse_shift(*m, now_, &premature);
+    if (premature) {
       stats_->add(Stat::refaults, 1);
       stats_->add(Stat::refault_bytes, units_bytes(purged));
-      if (m->decay_shift < kMaxDecayShift) m->decay_shift++;
-    } else if (since > 8 * decay && m->decay_shift) {
-      m->decay_shift--;
     }
     m->purged_ns = 0;
   }
   uint64_t r = units_bytes(mask & m->retained);
   uint64_t l = units_bytes(mask & m->lazy);
   uint64_t all = units_bytes(mask);
-  stats_->sub(Stat::retained_bytes, r);
-  stats_->sub(Stat::lazy_bytes, l);
-  stats_->sub(Stat::clean_bytes, all - r - l);
-  stats_->add(Stat::active_bytes, all);
+  pages_sub(Stat::retained_bytes, r);
+  pages_sub(Stat::lazy_bytes, l);
+  pages_sub(Stat::clean_bytes, all - r - l);
+  pages_add(Stat::active_bytes, all);
   stats_->add(Stat::reuse_retained_bytes, r);
   stats_->add(Stat::reuse_lazy_bytes, l);
   stats_->add(Stat::reuse_clean_bytes, all - r - l);
@@ -144,7 +161,7 @@ Span* Backend::alloc_slots(size_t nslots, size_t align, bool may_grow) {
   s->nslots = nslots;
   s->kind = SpanKind::kHuge;
   stats_->add(Stat::huge_blocks, 1);
-  stats_->add(Stat::huge_bytes, s->bytes);
+  pages_add(Stat::huge_bytes, s->bytes);
   stats_->add(Stat::huge_allocs, 1);
   return s;
 }
@@ -178,7 +195,7 @@ void Backend::note_activity(uint64_t now) {
 }
 
 bool Backend::admit(size_t more) {
-  uint64_t active = stats_->get(Stat::active_bytes) + more;
+  uint64_t active = pages_.active.get() + more;
   uint64_t hard = hard_limit();
   if (hard && active > hard) {
     stats_->add(Stat::limit_failures, 1);
@@ -213,10 +230,10 @@ bool Backend::admit(size_t more) {
 // again and fills at least half of its unit slots.  The two fractions make
 // a band, so a heap near one of them does not switch back and forth.
 bool Backend::hugepages_pay() const {
-  uint64_t active = stats_->get(Stat::active_bytes);
-  uint64_t huge = stats_->get(Stat::huge_bytes);
+  uint64_t active = pages_.active.get();
+  uint64_t huge = pages_.huge.get();
   uint64_t in_units = active > huge ? active - huge : 0;
-  uint64_t purged = stats_->get(Stat::span_purged_bytes);
+  uint64_t purged = pages_.span_purged.get();
   uint64_t held = in_units > purged ? in_units - purged : 0;
   uint64_t span = uint64_t(unit_slots_) * kSlotSize;
   return huge_arenas_ ? held * 4 >= span : held * 2 >= span;
@@ -294,14 +311,14 @@ void Backend::release_slots(SlotMeta* first, size_t n, uint64_t now, bool clean)
     lazy_remove(m);
     dirty_touch(m, now);
   }
-  stats_->sub(Stat::active_bytes, n * kSlotSize);
-  stats_->add(clean ? Stat::clean_bytes : Stat::retained_bytes, n * kSlotSize);
+  pages_sub(Stat::active_bytes, n * kSlotSize);
+  pages_add(clean ? Stat::clean_bytes : Stat::retained_bytes, n * kSlotSize);
   insert_free_run(first, n);
 }
 
 void Backend::release_huge_stats(const Span* s) {
   stats_->sub(Stat::huge_blocks, 1);
-  stats_->sub(Stat::huge_bytes, s->bytes);
+  pages_sub(Stat::huge_bytes, s->bytes);
 }
 
 uint64_t Backend::release(Span* s, bool contents_gone) {
@@ -320,8 +337,8 @@ uint64_t Backend::release(Span* s, bool contents_gone) {
       for (unsigned u = 0; u < s->nunits; ++u) m->unit_span[s->first_unit + u] = nullptr;
       m->used &= ~mask;
       if (!contents_gone) m->retained |= mask;
-      stats_->sub(Stat::active_bytes, units_bytes(mask));
-      stats_->add(contents_gone ? Stat::clean_bytes : Stat::retained_bytes, units_bytes(mask));
+      pages_sub(Stat::active_bytes, units_bytes(mask));
+      pages_add(contents_gone ? Stat::clean_bytes : Stat::retained_bytes, units_bytes(mask));
       dirty_touch(m, now);
       if (m->used == 0) slot_units_to_free_run(m, now); else partial_add(m);
     }
@@ -340,12 +357,7 @@ bool Backend::release_huge(Span* s, uint64_t retain_budget, SlotRun* run, uint64
     note_activity(now);
     SlotMeta* first = s->slot;
     size_t n = s->nslots;
-    // A pinned range (hysteresis at its cap) is kept unless the budget is 0
-    // (pressure, limits, eager policy).
-    uint8_t shift = first->decay_shift;
-    uint64_t budget = shift >= kMaxDecayShift || retain_budget > (~uint64_t(0) >> shift)
-                          ? ~uint64_t(0) : retain_budget << shift;
-    keep = retain_budget && stats_->get(Stat::retained_bytes) + s->bytes <= budget;
+    keep = policy_->keep_huge(*first, s->bytes, pages_.retained.get(), retain_budget);
     release_huge_stats(s);
     if (keep) {
       release_slots(first, n, now, false);
@@ -366,8 +378,8 @@ bool Backend::release_huge(Span* s, uint64_t retain_budget, SlotRun* run, uint64
         m->free_ns = now;
       }
       purging_slots_ += n;
-      stats_->sub(Stat::active_bytes, s->bytes);
-      stats_->add(Stat::retained_bytes, s->bytes);
+      pages_sub(Stat::active_bytes, s->bytes);
+      pages_add(Stat::retained_bytes, s->bytes);
       run->first = first;
       run->nslots = n;
     }
@@ -415,7 +427,7 @@ bool Backend::resize(Span* s, size_t bytes) {
     s->nunits = 0;
     s->bytes = kSlotSize;
     stats_->add(Stat::huge_blocks, 1);
-    stats_->add(Stat::huge_bytes, kSlotSize);
+    pages_add(Stat::huge_bytes, kSlotSize);
     stats_->add(Stat::promotions, 1);
     advise_slots_huge(m, 1);
   }
@@ -430,8 +442,8 @@ bool Backend::resize(Span* s, size_t bytes) {
       for (unsigned u = want; u < have; ++u) m->unit_span[s->first_unit + u] = nullptr;
       m->used &= ~tail;
       m->retained |= tail;
-      stats_->sub(Stat::active_bytes, units_bytes(tail));
-      stats_->add(Stat::retained_bytes, units_bytes(tail));
+      pages_sub(Stat::active_bytes, units_bytes(tail));
+      pages_add(Stat::retained_bytes, units_bytes(tail));
       dirty_touch(m, now);
       partial_add(m);
     } else {
@@ -467,10 +479,10 @@ bool Backend::resize(Span* s, size_t bytes) {
     }
     advise_slots_huge(right, add);
   }
-  stats_->sub(Stat::huge_bytes, s->bytes);
+  pages_sub(Stat::huge_bytes, s->bytes);
   s->nslots = want;
   s->bytes = want * kSlotSize;
-  stats_->add(Stat::huge_bytes, s->bytes);
+  pages_add(Stat::huge_bytes, s->bytes);
   stats_->add(Stat::inplace_resizes, 1);
   return true;
 }
@@ -483,11 +495,11 @@ void Backend::set_timeline(TimelinePage* page) {
 
 void Backend::publish_timeline() {
   TimelinePage::Gauges v{};
-  v.active = stats_->get(Stat::active_bytes);
-  v.retained = stats_->get(Stat::retained_bytes);
-  v.lazy = stats_->get(Stat::lazy_bytes);
-  v.clean = stats_->get(Stat::clean_bytes);
-  v.reserved = stats_->get(Stat::reserved_bytes);
+  v.active = pages_.active.get();
+  v.retained = pages_.retained.get();
+  v.lazy = pages_.lazy.get();
+  v.clean = pages_.clean.get();
+  v.reserved = pages_.reserved.get();
   timeline_->publish(v);
 }
 }  // namespace lazymalloc

@@ -8,9 +8,12 @@
 //     ^                 |                             |                        |
 //     +------reuse------+-------reuse (no fault)------+--reuse (zero, faults)--+
 //
-// A never-touched unit is CLEAN.  The backend only keeps the books and hands
-// ranges to the purger (purge/): it never decides when to purge and never
-// calls madvise itself, so the policy is testable with a fake platform.
+// A never-touched unit is CLEAN.  The backend only keeps the books (page
+// states, and when each slot was freed, made LAZY and purged) and hands
+// ranges to the purger (purge/): it never decides when to purge, asks the
+// release policy (SlotPolicy, purge/policy.h) whatever depends on the books,
+// and never calls madvise itself, so the policy is testable alone and with
+// a fake platform.
 //
 // Locking: one mutex (`lock_`) guards every field below except the page map
 // lookups, which are lock-free (entries are written before any pointer into
@@ -22,6 +25,7 @@
 
 #include "backend/meta_pool.h"
 #include "backend/span.h"
+#include "core/accounting.h"
 #include "core/bits.h"
 #include "core/config.h"
 #include "core/stats.h"
@@ -54,7 +58,7 @@ struct SlotMeta {
   uint64_t free_ns;    // when a unit of this slot last became free
   uint64_t lazy_ns;    // when units of this slot last became LAZY
   uint64_t purged_ns;  // when units of this slot were last purged (0: never)
-  uint8_t decay_shift; // hysteresis: this slot waits decay << decay_shift
+  uint8_t decay_shift; // the release policy's note (hysteresis: waits decay << decay_shift)
   bool suppressed;     // a purge of this idle episode was suppressed (counted once)
   bool thp;            // advised MADV_HUGEPAGE on its own (a huge block's slot)
   bool in_lazy;
@@ -147,14 +151,29 @@ inline uint64_t units_bytes(uint32_t mask) { return uint64_t(popcount32(mask)) *
 // No deadline: nothing would ever be taken.
 inline constexpr uint64_t kNoDeadline = ~uint64_t(0);
 
-// Hysteresis: a slot whose purged memory is reused sooner than its own decay
-// time was purged too early; its decay doubles (up to 2^kMaxDecayShift).  At
-// the cap the slot is pinned: decay no longer purges it while the process is
-// active; pressure, limits, trim and an idle process still do.  A reuse long
-// after the purge (more than 8x its decay) halves it again.  The same shift
-// lengthens the second stage (LAZY to CLEAN after lazy_decay_ms); a reuse
-// after that stage's purge is judged against lazy_decay_ms (lazy_purged).
-inline constexpr uint8_t kMaxDecayShift = 5;
+// The release policy, as the backend asks it (purge/policy.h implements
+// it; the purger hands it over, Backend::set_policy).  The backend records
+// the facts of every slot (free_ns, lazy_ns, purged_ns, lazy_purged,
+// suppressed) and keeps the policy's note on it (decay_shift); every
+// judgement on them is the policy's.  Called under the backend lock.
+class SlotPolicy {
+ public:
+  // Units of `m` purged at m.purged_ns are taken again at `now`: the
+  // slot's decay_shift from now on; *premature when the purge came too
+  // early (counted as a refault).
+  virtual uint8_t reuse_shift(const SlotMeta& m, uint64_t now, bool* premature) const = 0;
+  // How long `m` must stay free (base_ns: its plain decay in `sel`) before
+  // a pass with `sel` takes it; ~0: never (pinned).
+  virtual uint64_t wait_ns(const SlotMeta& m, uint64_t base_ns, const PurgeSelect& sel) const = 0;
+  // When `m`, stamped at `stamp`, is due for a pass with `sel` (deadlines).
+  virtual uint64_t due_ns(const SlotMeta& m, uint64_t stamp, uint64_t base_ns, const PurgeSelect& sel) const = 0;
+  // Whether a freed huge block of `bytes` starting at slot `first` stays
+  // RETAINED while `retained` bytes are, given the purger's budget.
+  virtual bool keep_huge(const SlotMeta& first, uint64_t bytes, uint64_t retained, uint64_t retain_budget) const = 0;
+
+ protected:
+  ~SlotPolicy() = default;
+};
 
 // Resumable position of purge_collect_all().
 struct PurgeCursor {
@@ -180,6 +199,8 @@ class Backend {
 
   // `platform` and `stats` must outlive the backend.
   void init(const Platform* platform, Stats* stats, size_t arena_reserve, bool hugepages);
+  // The release policy (must outlive the backend), before the first release.
+  void set_policy(const SlotPolicy* policy) { policy_ = policy; }
 
   // A span of `bytes` (rounded up to units, or to slots beyond kMaxLarge or
   // when `align` > kUnitSize) aligned to `align`.  Sets span->zero when every
@@ -202,9 +223,7 @@ class Backend {
   // Returns the clock reading it used, for the caller's purge decisions.
   uint64_t release(Span* span, bool contents_gone = false);
   // Gives a huge span back.  It stays RETAINED, like release(), when the
-  // RETAINED bytes then stay within `retain_budget` shifted by its first
-  // slot's hysteresis (a range that came back soon after its last release
-  // earns a larger budget).  Otherwise its slots leave circulation (kPurging,
+  // policy says so (SlotPolicy::keep_huge, given `retain_budget`).  Otherwise its slots leave circulation (kPurging,
   // counted RETAINED until settled) and *run describes them: the caller
   // advises them chunk by chunk (run_batch) and settles each chunk with
   // purge_finish, after which the address range is reusable.  Returns true
@@ -267,6 +286,8 @@ class Backend {
   // Withdraws the arenas' hugepage advice if the heap has become sparse
   // (see hugepages_pay); called after purges, which make it so.
   void review_hugepages();
+  // Pages purged inside live small spans, kept by the frontend.
+  Gauge& span_purged() { return pages_.span_purged; }
   // The timeline page (core/timeline.h, lazymalloc-run --timeline): once set,
   // every operation that changes the page-state gauges publishes them there
   // before it lets go of the lock; nullptr (the default, and in a fork
@@ -325,9 +346,11 @@ class Backend {
   void review_hugepages_locked();
   void advise_slots_huge(SlotMeta* first, size_t nslots);
   void note_activity(uint64_t now);  // sets now_ and last_activity_ns_
-  uint64_t slot_decay_ns(const SlotMeta* m, uint64_t base_ns, const PurgeSelect& sel) const;
-  // When a slot with this stamp and base decay is due (deadlines).
-  static uint64_t slot_due_ns(const SlotMeta* m, uint64_t stamp, uint64_t base_ns, const PurgeSelect& sel);
+  // Page-state bytes (Stat::reserved_bytes .. clean_bytes): the books that
+  // decisions read (pages_) and the statistic that reports them, together.
+  Gauge& page_gauge(Stat s);
+  void pages_add(Stat s, uint64_t n);
+  void pages_sub(Stat s, uint64_t n);
   void dirty_touch(SlotMeta* m, uint64_t now);
   void dirty_remove(SlotMeta* m);
   void lazy_touch(SlotMeta* m, uint64_t now);  // units of m became LAZY now
@@ -359,7 +382,9 @@ class Backend {
   void publish_timeline();  // REQUIRES lock_
 
   const Platform* platform_ = nullptr;
-  Stats* stats_ = nullptr;
+  const SlotPolicy* policy_ = nullptr;
+  Stats* stats_ = nullptr;  // reporting only: decisions read pages_
+  PageAccounting pages_;
   TimelinePage* timeline_ = nullptr;  // REQUIRES lock_
   size_t arena_reserve_ = 0;
   static constexpr size_t kFirstArena = size_t(64) << 20;

@@ -72,13 +72,17 @@ const char* Backend::check_invariants() {
   if (flagged != dirty) return "in_dirty flags disagree with the dirty list";
   if (lazy_flagged != lazy) return "in_lazy flags disagree with the lazy list";
   if (purging != purging_slots_) return "slots left in kPurging (no purge or release holds them)";
+  // The books that decisions read and the statistics that report them.
+  for (Stat s : {Stat::reserved_bytes, Stat::active_bytes, Stat::retained_bytes, Stat::lazy_bytes, Stat::clean_bytes,
+                 Stat::huge_bytes}) {
+    if (page_gauge(s).get() != stats_->get(s)) return "page accounting disagrees with the statistics";
+  }
   return nullptr;
 }
 
 MemoryState Backend::memory_state() const {
-  return {stats_->get(Stat::reserved_bytes), stats_->get(Stat::active_bytes),
-          stats_->get(Stat::retained_bytes), stats_->get(Stat::lazy_bytes),
-          stats_->get(Stat::clean_bytes)};
+  return {pages_.reserved.get(), pages_.active.get(), pages_.retained.get(), pages_.lazy.get(),
+          pages_.clean.get()};
 }
 
 }  // namespace lazymalloc

@@ -64,10 +64,10 @@ SlotMeta* Backend::take_run(SlotMeta* m, const PurgeSelect& sel, PurgeBatch* b, 
   auto want_of = [&](SlotMeta* s) -> uint32_t {
     if (sel.lazy_stage) {
       uint64_t lazy_age = sel.now_ns > s->lazy_ns ? sel.now_ns - s->lazy_ns : 0;
-      return s->lazy && lazy_age >= slot_decay_ns(s, sel.min_age_lazy_ns, sel) ? s->lazy : 0;
+      return s->lazy && lazy_age >= policy_->wait_ns(*s, sel.min_age_lazy_ns, sel) ? s->lazy : 0;
     }
     uint64_t age = sel.now_ns > s->free_ns ? sel.now_ns - s->free_ns : 0;
-    if (s->retained && age < slot_decay_ns(s, sel.min_age_free_ns, sel)) return 0;
+    if (s->retained && age < policy_->wait_ns(*s, sel.min_age_free_ns, sel)) return 0;
     return s->retained | (sel.include_lazy ? s->lazy : 0);
   };
   SlotMeta* head = m;
@@ -129,12 +129,6 @@ SlotMeta* Backend::take_run(SlotMeta* m, const PurgeSelect& sel, PurgeBatch* b, 
   return last + 1;
 }
 
-uint64_t Backend::slot_decay_ns(const SlotMeta* m, uint64_t base_ns, const PurgeSelect& sel) const {
-  if (!sel.hysteresis || !m->decay_shift) return base_ns;
-  if (m->decay_shift >= kMaxDecayShift) return ~uint64_t(0);  // pinned
-  return base_ns << m->decay_shift;
-}
-
 bool Backend::batch_full(const PurgeSelect& sel, const PurgeBatch* b) {
   return b->bytes >= sel.max_bytes || b->nitems == PurgeBatch::kMaxItems ||
          b->nranges == PurgeBatch::kMaxRanges;
@@ -155,7 +149,7 @@ void Backend::purge_collect(const PurgeSelect& sel, PurgeBatch* b) {
     if (age < min_age) break;  // the rest of the list is younger
     bool units = m->kind == SlotKind::kUnits;
     uint64_t base = units ? sel.min_age_partial_ns : sel.min_age_free_ns;
-    if ((units || m->kind == SlotKind::kFree) && age >= slot_decay_ns(m, base, sel)) {
+    if ((units || m->kind == SlotKind::kFree) && age >= policy_->wait_ns(*m, base, sel)) {
       if (units) {
         uint32_t want = m->retained | (sel.include_lazy ? m->lazy : 0);
         if (!take_units(m, want, b, max_range)) break;
@@ -183,7 +177,7 @@ void Backend::purge_collect_lazy(const PurgeSelect& sel, PurgeBatch* b) {
     uint64_t age = sel.now_ns > m->lazy_ns ? sel.now_ns - m->lazy_ns : 0;
     if (age < sel.min_age_lazy_ns) break;  // the rest of the list is younger
     bool units = m->kind == SlotKind::kUnits;
-    if ((units || m->kind == SlotKind::kFree) && age >= slot_decay_ns(m, sel.min_age_lazy_ns, sel)) {
+    if ((units || m->kind == SlotKind::kFree) && age >= policy_->wait_ns(*m, sel.min_age_lazy_ns, sel)) {
       if (units) {
         if (!take_units(m, m->lazy, b, max_range)) break;
       } else {
@@ -194,15 +188,6 @@ void Backend::purge_collect_lazy(const PurgeSelect& sel, PurgeBatch* b) {
     }
     m = m->lazy_next;
   }
-}
-
-uint64_t Backend::slot_due_ns(const SlotMeta* m, uint64_t stamp, uint64_t base_ns, const PurgeSelect& sel) {
-  uint64_t plain = stamp + base_ns;
-  if (!sel.hysteresis || !m->decay_shift) return plain;
-  // Lengthened (or pinned) until the process turns idle, then plain decay.
-  uint64_t longer = m->decay_shift >= kMaxDecayShift ? kNoDeadline : stamp + (base_ns << m->decay_shift);
-  uint64_t idle = plain > sel.idle_ns ? plain : sel.idle_ns;
-  return longer < idle ? longer : idle;
 }
 
 uint64_t Backend::next_decay_ns(const PurgeSelect& sel) {
@@ -217,7 +202,7 @@ uint64_t Backend::next_decay_ns(const PurgeSelect& sel) {
     if (++seen > kDeadlineScan) return bound;
     bool units = m->kind == SlotKind::kUnits;
     if (!units && m->kind != SlotKind::kFree) continue;  // being purged: settled later
-    uint64_t due = slot_due_ns(m, m->free_ns, units ? sel.min_age_partial_ns : sel.min_age_free_ns, sel);
+    uint64_t due = policy_->due_ns(*m, m->free_ns, units ? sel.min_age_partial_ns : sel.min_age_free_ns, sel);
     if (due < best) best = due;
   }
   return best;
@@ -232,7 +217,7 @@ uint64_t Backend::next_lazy_ns(const PurgeSelect& sel) {
     if (bound >= best) break;
     if (++seen > kDeadlineScan) return bound;
     if (m->kind != SlotKind::kUnits && m->kind != SlotKind::kFree) continue;
-    uint64_t due = slot_due_ns(m, m->lazy_ns, sel.min_age_lazy_ns, sel);
+    uint64_t due = policy_->due_ns(*m, m->lazy_ns, sel.min_age_lazy_ns, sel);
     if (due < best) best = due;
   }
   return best;
@@ -286,12 +271,12 @@ void Backend::purge_finish(PurgeBatch* b, bool made_clean, bool failed) {
     s->lazy_purged = b->lazy_stage;
     uint64_t from_retained = units_bytes(mask & ~was_lazy);
     uint64_t from_lazy = units_bytes(was_lazy);
-    stats_->sub(Stat::retained_bytes, from_retained);
-    stats_->sub(Stat::lazy_bytes, from_lazy);
+    pages_sub(Stat::retained_bytes, from_retained);
+    pages_sub(Stat::lazy_bytes, from_lazy);
     if (made_clean) {
-      stats_->add(Stat::clean_bytes, from_retained + from_lazy);
+      pages_add(Stat::clean_bytes, from_retained + from_lazy);
     } else {
-      stats_->add(Stat::lazy_bytes, from_retained + from_lazy);
+      pages_add(Stat::lazy_bytes, from_retained + from_lazy);
       s->lazy |= mask;
       lazy_touch(s, now);
     }

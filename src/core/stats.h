@@ -7,6 +7,9 @@
 //    owning thread and summed over all heaps when printed
 //    (LAZYMALLOC_HEAP_STATS).
 // A "gauge" goes up and down (bytes in a state now); a "counter" only grows.
+// Statistics are for reporting: no decision reads them.  The few quantities
+// decisions need are kept apart, by the component that decides, in the
+// accounting (core/accounting.h), next to the statistic reporting them.
 #pragma once
 
 #include <atomic>

@@ -3,6 +3,7 @@
 // span back to the backend and the purger.
 #include <errno.h>
 
+#include "core/accounting.h"
 #include "frontend/internal.h"
 #include "pal/pal.h"
 
@@ -156,10 +157,14 @@ LM_NOINLINE void free_generic(Span* s, void* p) {
 // kMaxMremapMoves so that a realloc-heavy process stays far from
 // vm.max_map_count (65530 by default).
 constexpr uint64_t kMaxMremapMoves = 8192;
+namespace {
+constinit Gauge g_mremap_moves;  // moves made (the cap's count; Stat::mremap_moves reports them)
+}  // namespace
 bool move_huge(Span* s, void* q) {
   // Secure mode: blocks sit against a guard page, never moved wholesale.
-  if (g_secure || g.stats.get(Stat::mremap_moves) >= kMaxMremapMoves) return false;
+  if (g_secure || g_mremap_moves.get() >= kMaxMremapMoves) return false;
   if (!g_platform->move_pages(g_platform->ctx, s->start, s->bytes, q, option(Opt::hugepages) != 0)) return false;
+  g_mremap_moves.add(1);
   g.stats.add(Stat::mremap_moves, 1);
   g.stats.add(Stat::mremap_bytes, s->bytes);
   heap_count(tl_heap, HeapStat::large_frees);

@@ -59,6 +59,17 @@ constexpr unsigned kMaxPurgeShift = 5;  // 32x span_idle_ns
 // Spans planned between two looks at whether the heap's thread waits.
 constexpr unsigned kSpansPerHold = 256;
 
+// Pages purged inside live spans: the statistic, and the backend's books
+// (its hugepage advice reads what spans really hold).
+void purged_add(uint64_t n) {
+  g.stats.add(Stat::span_purged_bytes, n);
+  g.backend.span_purged().add(n);
+}
+void purged_sub(uint64_t n) {
+  g.stats.sub(Stat::span_purged_bytes, n);
+  g.backend.span_purged().sub(n);
+}
+
 size_t group_bytes(const Span* s) { return kOsPageSize << s->purge_group_shift; }
 
 bool mask_test(const uint64_t* m, unsigned grp) { return (m[grp / 64] >> (grp % 64)) & 1; }
@@ -226,7 +237,7 @@ void mark(Span* s, const uint64_t add[2], uint64_t now, bool lazy, PurgeBatch* b
   s->purge_seen = 0;
   span_set_check_limit(s);
   add_ranges(s, add, batch);
-  g.stats.add(Stat::span_purged_bytes, mask_count(add) * group_bytes(s));
+  purged_add(mask_count(add) * group_bytes(s));
 }
 
 // Advises the batch (the heap held).  The first stage: MADV_FREE, or
@@ -237,7 +248,8 @@ void mark(Span* s, const uint64_t add[2], uint64_t now, bool lazy, PurgeBatch* b
 void flush(PurgeBatch* batch, bool second) {
   if (!batch->nranges) return;
   bool clean = false;
-  if (g.purger.advise(batch, second || g.purger.decay_uses_dontneed(), &clean) == 0) {
+  if (g.purger.adviser().advise(batch->ranges, batch->nranges, batch->bytes,
+                                second || g.purger.decay_uses_dontneed(), &clean) == 0) {
     if (second) {
       g.stats.add(Stat::span_lazy_decay_bytes, batch->bytes);
     } else {
@@ -317,7 +329,7 @@ void span_purge_init(Span* s) {
 
 void span_purge_forget(Span* s) {
   if (!span_has_purged(s)) return;
-  g.stats.sub(Stat::span_purged_bytes, mask_count(s->purged) * group_bytes(s));
+  purged_sub(mask_count(s->purged) * group_bytes(s));
   mask_store(s, 0, 0);
   mask_store(s, 1, 0);
   s->dormant = 0;
@@ -339,7 +351,7 @@ void revive_group(Span* s, unsigned grp) {
   }
   s->dormant -= b - a;
   size_t gb = group_bytes(s);
-  g.stats.sub(Stat::span_purged_bytes, gb);
+  purged_sub(gb);
   g.stats.add(Stat::span_page_revivals, gb / kOsPageSize);
   // Hysteresis, once per purge (purged_ns is on the same platform clock).
   if (s->purged_ns) {

@@ -84,6 +84,7 @@ void Discardable::set_block(DiscardBlock* b, DiscardChunk* c, unsigned page, siz
   c->at[page].store(b, std::memory_order_release);
   stats_->add(Stat::discardable_blocks, 1);
   stats_->add(Stat::discardable_bytes, bytes);
+  acct_.bytes.add(bytes);
 }
 
 void* Discardable::alloc(size_t size) {
@@ -140,9 +141,13 @@ bool Discardable::free(void* p, uint64_t* released_ns) {
       continue;
     }
     b->state.store(0, std::memory_order_relaxed);
-    if (tag(s) == kDiscarded) stats_->sub(Stat::discardable_discarded_bytes, b->bytes);
+    if (tag(s) == kDiscarded) {
+      stats_->sub(Stat::discardable_discarded_bytes, b->bytes);
+      acct_.discarded_bytes.sub(b->bytes);
+    }
     stats_->sub(Stat::discardable_blocks, 1);
     stats_->sub(Stat::discardable_bytes, b->bytes);
+    acct_.bytes.sub(b->bytes);
     if (b->prev) b->prev->next = b->next;
     else head_ = b->next;
     if (b->next) b->next->prev = b->prev;
@@ -192,6 +197,7 @@ LockResult Discardable::lock(void* p) {
         if (b->state.compare_exchange_weak(s, kOneLock, std::memory_order_acquire,
                                            std::memory_order_relaxed)) {
           stats_->sub(Stat::discardable_discarded_bytes, b->bytes);
+          acct_.discarded_bytes.sub(b->bytes);
           return LockResult::kDiscarded;
         }
         break;
@@ -279,11 +285,8 @@ size_t Discardable::discard_batch(Claim* claims, unsigned n, size_t max_range) {
     if (nr == 0) return;
     unsigned c = 0;
     int r = 0;
-    if (purger_) {
-      PurgeBatch batch;
-      for (unsigned i = 0; i < nr; ++i) batch.ranges[i] = ranges[i];
-      batch.nranges = nr;
-      r = purger_->advise_ranges(&batch, Advice::kDontNeed, &c);
+    if (adviser_) {
+      r = adviser_->advise_ranges(ranges, nr, Advice::kDontNeed, &c);
     } else {
       for (unsigned i = 0; i < nr; ++i, ++c) {
         if (int e = platform_->advise(platform_->ctx, ranges[i].addr, ranges[i].len, Advice::kDontNeed)) r = e;
@@ -317,6 +320,7 @@ size_t Discardable::discard_batch(Claim* claims, unsigned n, size_t max_range) {
   stats_->add(Stat::discards, n);
   stats_->add(Stat::discarded_bytes, bytes);
   stats_->add(Stat::discardable_discarded_bytes, bytes);
+  acct_.discarded_bytes.add(bytes);
   epoch_.fetch_add(1);
   if (waiters_.load()) platform_->wake(platform_->ctx, &epoch_);
   return bytes;

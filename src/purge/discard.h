@@ -41,10 +41,12 @@
 
 #include "backend/backend.h"
 #include "backend/meta_pool.h"
+#include "core/accounting.h"
 #include "core/config.h"
 #include "core/stats.h"
 #include "pal/lock.h"
 #include "pal/pal.h"
+#include "purge/adviser.h"
 
 namespace lazymalloc {
 
@@ -76,7 +78,6 @@ struct DiscardBlock {
 
 enum class LockResult : int { kIntact = 0, kDiscarded = 1, kInvalid = -1, kOverflow = -2 };
 
-class Purger;
 
 class Discardable {
  public:
@@ -85,8 +86,8 @@ class Discardable {
 
   constexpr Discardable() = default;
   // `backend` and `stats` must outlive the component.
-  // The purger whose advice path (vectored, with fallbacks) discards use.
-  void set_purger(Purger* purger) { purger_ = purger; }
+  // The advice path (vectored, with fallbacks) discards use.
+  void set_adviser(Adviser* adviser) { adviser_ = adviser; }
   void init(Backend* backend, const Platform* platform, Stats* stats) {
     backend_ = backend;
     platform_ = platform;
@@ -118,7 +119,9 @@ class Discardable {
   size_t discard_down_to(uint64_t keep, size_t max_batch);
   // Bytes of live blocks that were discarded and not locked since (still
   // counted active by the backend, but not resident).
-  uint64_t discarded_bytes() const { return stats_ ? stats_->get(Stat::discardable_discarded_bytes) : 0; }
+  uint64_t discarded_bytes() const { return acct_.discarded_bytes.get(); }
+  // Bytes of live blocks, in any state.
+  uint64_t live_bytes() const { return acct_.bytes.get(); }
   // Recomputes the locked / unlocked gauges (O(blocks)); called when the
   // statistics are read.
   void refresh_stats();
@@ -168,8 +171,9 @@ class Discardable {
 
   Backend* backend_ = nullptr;
   const Platform* platform_ = nullptr;
-  Purger* purger_ = nullptr;  // advises the ranges (process_madvise, fallbacks); may be null
-  Stats* stats_ = nullptr;
+  Adviser* adviser_ = nullptr;  // advises the ranges (process_madvise, fallbacks); may be null
+  Stats* stats_ = nullptr;  // reporting only: decisions read acct_
+  DiscardAccounting acct_;
   Mutex pass_lock_;  // one discard pass at a time (held across madvise)
   Mutex lock_;       // block list, chunk list, allocation
   DiscardBlock* head_ = nullptr;

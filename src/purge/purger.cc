@@ -1,7 +1,5 @@
 #include "purge/purger.h"
 
-#include <errno.h>
-
 #include "core/options.h"
 
 namespace lazymalloc {
@@ -10,73 +8,9 @@ namespace {
 constexpr uint64_t kMs = 1000000;
 }
 
-int Purger::advise_ranges(const PurgeBatch* b, Advice advice, unsigned* calls) {
-  unsigned n = b->nranges;
-  unsigned made = 0;
-  if (n > 1 && !vector_unsupported()) {
-    long r = platform_->advise_vector(platform_->ctx, b->ranges, n, advice);
-    ++made;
-    size_t want = 0;
-    for (unsigned i = 0; i < n; ++i) want += b->ranges[i].len;
-    if (r >= 0 && size_t(r) == want) {
-      *calls = made;
-      return 0;
-    }
-    // No such call (ENOSYS), advice not accepted there (EINVAL), not
-    // allowed (EPERM), no pidfd (EBADF): madvise from now on.  Any other
-    // failure, or a partial result, is finished range by range this time.
-    if (r == -ENOSYS || r == -EINVAL || r == -EPERM || r == -EBADF) {
-      vector_refused_.store(true, std::memory_order_relaxed);
-      stats_->set(Stat::purge_vector_unsupported, 1);
-    }
-  }
-  int rc = 0;
-  for (unsigned i = 0; i < n; ++i) {
-    ++made;
-    int e = platform_->advise(platform_->ctx, b->ranges[i].addr, b->ranges[i].len, advice);
-    if (e) {
-      rc = e;
-      if (e == EINVAL && advice == Advice::kFree) break;  // the caller retries with DONTNEED
-    }
-  }
-  *calls = made;
-  return rc;
-}
-
-int Purger::advise(PurgeBatch* b, bool dontneed, bool* clean_out, uint64_t* ns) {
-  bool clean = dontneed || free_unsupported();
-  uint64_t t0 = platform_->now_ns(platform_->ctx);
-  unsigned calls = 0;
-  int rc = advise_ranges(b, clean ? Advice::kDontNeed : Advice::kFree, &calls);
-  if (rc == EINVAL && !clean) {
-    // Kernels before 4.5 (and some emulators) do not know MADV_FREE: use
-    // MADV_DONTNEED for good, on the whole batch again (ranges already given
-    // MADV_FREE must read as zero once settled CLEAN).
-    free_unsupported_.store(true, std::memory_order_relaxed);
-    stats_->set(Stat::purge_free_unsupported, 1);
-    clean = true;
-    unsigned more = 0;
-    rc = advise_ranges(b, Advice::kDontNeed, &more);
-    calls += more;
-  }
-  uint64_t took = platform_->now_ns(platform_->ctx) - t0;
-  stats_->add(Stat::purge_ns, took);
-  if (ns) *ns = took;
-  stats_->add(clean ? Stat::purge_dontneed_calls : Stat::purge_lazy_calls, calls);
-  if (rc != 0) {
-    // Settled as still RETAINED (the whole batch): conservative, since
-    // RETAINED memory is never assumed to be zero.  Retried on a later pass.
-    stats_->add(Stat::purge_failures, 1);
-  } else {
-    stats_->add(clean ? Stat::purge_dontneed_bytes : Stat::purge_lazy_bytes, b->bytes);
-  }
-  *clean_out = clean;
-  return rc;
-}
-
 bool Purger::advise_batch(PurgeBatch* b, bool dontneed) {
   bool clean = false;
-  int rc = advise(b, dontneed, &clean);
+  int rc = adviser_.advise(b->ranges, b->nranges, b->bytes, dontneed, &clean);
   backend_->purge_finish(b, clean, rc != 0);
   return rc == 0;
 }
@@ -264,7 +198,7 @@ bool checks_wanted() {
 uint64_t Purger::held_free() const {
   MemoryState m = backend_->memory_state();
   uint64_t held = option(Opt::purge) == kPurgeNever ? 0 : m.retained + m.lazy;
-  if (discard_) held += stats_->get(Stat::discardable_bytes);
+  if (discard_) held += discard_->live_bytes();
   return held;
 }
 
@@ -309,7 +243,7 @@ uint64_t Purger::next_due(uint64_t now) {
     if (check < due) due = check;
   }
   // Huge blocks being released settle as LAZY (or CLEAN) later: look again.
-  if (stats_->get(Stat::release_inflight_bytes)) {
+  if (releases_ && releases_->inflight_bytes.get()) {
     uint64_t again = now + uint64_t(option(Opt::background_interval_ms)) * kMs;
     if (again < due) due = again;
   }
@@ -437,7 +371,8 @@ bool BackgroundPurger::last_thread() const {
   if (platform_->read_file(platform_->ctx, "/proc/self/status", text, sizeof text) <= 0) return false;
   uint64_t live = 0;
   // Release workers are ours too (they exit after a second without work).
-  uint64_t ours = 1 + stats_->get(Stat::release_threads);
+  const ReleaseAccounting* rel = purger_->releases_;
+  uint64_t ours = 1 + (rel ? rel->threads.get() : 0);
   return parse_status_live_threads(text, &live) && live <= ours;
 }
 

@@ -1,10 +1,10 @@
 // The purger: decides which free memory goes back to the kernel and when,
-// and performs the madvise calls with no allocator lock held.
+// and has it advised (adviser.h) with no allocator lock held.
 //
 // Policies (Opt::purge):
 //   adaptive  free 2 MiB slots idle for decay_ms, and free units in partly
 //             used slots idle for partial_decay_ms, are purged oldest first,
-//             in batches of at most purge_batch bytes; hysteresis (backend.h)
+//             in batches of at most purge_batch bytes; hysteresis (policy.h)
 //             lengthens the decay of slots that come back soon after a purge
 //             and pins those that keep coming back, except when the whole
 //             process has been idle for decay_ms;  memory then LAZY for
@@ -25,10 +25,13 @@
 #include <cstdint>
 
 #include "backend/backend.h"
+#include "core/accounting.h"
 #include "core/options.h"
 #include "pal/lock.h"
 #include "pal/pal.h"
+#include "purge/adviser.h"
 #include "purge/discard.h"
+#include "purge/policy.h"
 #include "purge/pressure.h"
 
 namespace lazymalloc {
@@ -80,12 +83,14 @@ class Purger {
     backend_ = backend;
     platform_ = platform;
     stats_ = stats;
+    adviser_.init(platform, stats);
+    backend->set_policy(&release_policy_instance());
   }
   // Unlocked discardable blocks are discarded by relieve(), purge_all() and
   // the discardable_limit (tick, or inline without a background thread).
   void attach(Discardable* discard) {
     discard_ = discard;
-    discard->set_purger(this);
+    discard->set_adviser(&adviser_);
   }
   // The frontend's collector of idle heaps (frontend/heap.h,
   // lm_collect_idle_heaps): each tick, before decay, heaps whose thread has
@@ -103,6 +108,10 @@ class Purger {
   using HeapCollector = uint64_t (*)(uint64_t now_ns, uint64_t idle_ns, uint64_t span_idle_ns,
                                      uint64_t hysteresis_until, uint64_t span_lazy_ns, uint64_t lazy_until);
   void set_heap_collector(HeapCollector fn) { heap_collector_ = fn; }
+  // The releaser's in-flight bytes and workers (Releaser::init): the
+  // deadlines poll while releases are in flight; the background thread
+  // counts the workers among the process's threads that are ours.
+  void watch_releases(const ReleaseAccounting* releases) { releases_ = releases; }
   // A thread returned objects to a heap with nothing pending (no lock
   // held): the collector is due within decay_ms of `now`; wakes the
   // background thread if it sleeps longer.
@@ -162,16 +171,9 @@ class Purger {
   }
   PressureMonitor& pressure() { return pressure_; }
 
-  // Advises every range of `batch`: MADV_FREE, or MADV_DONTNEED when
-  // `dontneed` or when the kernel refuses MADV_FREE (then for good).  Counts
-  // calls, bytes and time.  Returns 0 or the kernel's errno; *clean tells
-  // which advice took effect, *ns (if given) the time it took.  Does not
-  // settle the batch (purge_finish).  Safe from several threads at once.
-  int advise(PurgeBatch* batch, bool dontneed, bool* clean, uint64_t* ns = nullptr);
-  // One advice for the ranges of `batch`: one process_madvise(2) vector where
-  // the kernel takes it (remembered when it does not), else madvise per range.
-  // 0 or an errno value; *calls gets the system calls made.
-  int advise_ranges(const PurgeBatch* batch, Advice advice, unsigned* calls);
+  // The vectored madvise and its fallbacks (adviser.h), which the
+  // releaser, the span purges and the discardable blocks share.
+  Adviser& adviser() { return adviser_; }
   // The advice decay uses: MADV_DONTNEED with purge_advice=dontneed, or
   // with `auto` inside a memory-limited cgroup; else MADV_FREE.
   bool decay_uses_dontneed() const;
@@ -181,8 +183,6 @@ class Purger {
   // `never`), and whether its release uses MADV_DONTNEED.
   uint64_t huge_retain_budget(uint64_t now) const;
   bool release_dontneed(uint64_t now) const;
-  bool free_unsupported() const { return free_unsupported_.load(std::memory_order_relaxed); }
-  bool vector_unsupported() const { return vector_refused_.load(std::memory_order_relaxed); }
 
   void fork_prepare() { lock_.lock(); }
   void fork_parent() { lock_.unlock(); }
@@ -204,6 +204,7 @@ class Purger {
   const Platform* platform_ = nullptr;
   Stats* stats_ = nullptr;
   Discardable* discard_ = nullptr;
+  const ReleaseAccounting* releases_ = nullptr;
   HeapCollector heap_collector_ = nullptr;
   // The collector's next deadline, stored complemented so that "none"
   // (kNoDeadline) is 0: the process-wide allocator, of which the Purger is
@@ -211,8 +212,7 @@ class Purger {
   std::atomic<uint64_t> heap_due_inv_{0};
   Mutex lock_;  // one purge pass at a time
   PressureMonitor pressure_;
-  std::atomic<bool> free_unsupported_{false};
-  std::atomic<bool> vector_refused_{false};
+  Adviser adviser_;
   std::atomic<uint64_t> last_inline_ns_{0};
   std::atomic<uint64_t> last_pressure_ns_{0};  // last relieve() (pressure, limits, API)
   std::atomic<bool> pressure_ready_{false};

@@ -17,6 +17,7 @@ void Releaser::init(Backend* backend, Purger* purger, const Platform* platform, 
   stats_ = stats;
   unsigned cpus = platform->cpu_count(platform->ctx);
   cpus_ = cpus ? cpus : 1;
+  purger->watch_releases(&acct_);
 }
 
 unsigned Releaser::workers() const {
@@ -64,6 +65,7 @@ void Releaser::submit(const SlotRun& run, bool dontneed, uint64_t now) {
   if (chunk_slots == 0) chunk_slots = 1;
   stats_->add(Stat::huge_released, 1);
   stats_->add(Stat::release_inflight_bytes, uint64_t(run.nslots) * kSlotSize);
+  acct_.inflight_bytes.add(uint64_t(run.nslots) * kSlotSize);
   // Every job record taken: release someone's chunk (or wait for one) first.
   while (!queue(run, chunk_slots, dontneed, now)) {
     if (!run_one(true)) help(true);
@@ -89,11 +91,13 @@ void Releaser::ensure_workers() {
       if (workers_.load(std::memory_order_relaxed) >= want) return;
       workers_.fetch_add(1, std::memory_order_relaxed);
       stats_->add(Stat::release_threads, 1);
+      acct_.threads.add(1);
     }
     if (!platform_->start_thread(platform_->ctx, &Releaser::worker_main, this)) {
       LockGuard g(lock_);
       workers_.fetch_sub(1, std::memory_order_relaxed);
       stats_->sub(Stat::release_threads, 1);
+      acct_.threads.sub(1);
       stats_->add(Stat::release_thread_failures, 1);
       return;
     }
@@ -113,7 +117,7 @@ bool Releaser::run_one(bool helper) {
   }
   bool clean = false;
   uint64_t busy = 0;
-  int rc = purger_->advise(&batch, dontneed, &clean, &busy);
+  int rc = purger_->adviser().advise(batch.ranges, batch.nranges, batch.bytes, dontneed, &clean, &busy);
   uint64_t bytes = batch.bytes;
   {
     LockGuard g(lock_);
@@ -131,6 +135,7 @@ bool Releaser::run_one(bool helper) {
     if (rc == 0) stats_->add(Stat::release_bytes, bytes);
     stats_->add(Stat::release_busy_ns, busy);
     stats_->sub(Stat::release_inflight_bytes, bytes);
+    acct_.inflight_bytes.sub(bytes);
   }
   settle_seq_.fetch_add(1, std::memory_order_release);
   if (settle_waiters_.load(std::memory_order_acquire)) platform_->wake(platform_->ctx, &settle_seq_);
@@ -174,6 +179,7 @@ void* Releaser::worker_main(void* arg) {
     }
     if (pending) continue;
     stats->sub(Stat::release_threads, 1);
+    self->acct_.threads.sub(1);
     // The last touch of the releaser: a test may destroy it once workers()
     // reads 0.
     self->exiting_.fetch_sub(1, std::memory_order_release);
@@ -186,6 +192,7 @@ void Releaser::fork_child() {
   workers_.store(0, std::memory_order_relaxed);
   exiting_.store(0, std::memory_order_relaxed);
   stats_->set(Stat::release_threads, 0);
+  acct_.threads.set(0);
   // No thread of the parent exists here: what they had not settled goes back
   // to the free lists as RETAINED (a failed purge), for this process's decay.
   for (Job& j : jobs_) {
@@ -199,6 +206,7 @@ void Releaser::fork_child() {
     j.live = false;
   }
   stats_->set(Stat::release_inflight_bytes, 0);
+  acct_.inflight_bytes.set(0);
   work_seq_.store(0, std::memory_order_relaxed);
   settle_seq_.store(0, std::memory_order_relaxed);
   settle_waiters_.store(0, std::memory_order_relaxed);

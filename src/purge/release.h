@@ -34,6 +34,7 @@
 #include <cstdint>
 
 #include "backend/backend.h"
+#include "core/accounting.h"
 #include "pal/lock.h"
 #include "pal/pal.h"
 
@@ -62,7 +63,9 @@ class Releaser {
   // Claims and releases one queued chunk; false if none was queued.
   // (`helper`: counted as released by a non-worker thread.)
   bool run_one(bool helper);
-  uint64_t inflight_bytes() const { return stats_ ? stats_->get(Stat::release_inflight_bytes) : 0; }
+  uint64_t inflight_bytes() const { return acct_.inflight_bytes.get(); }
+  // What the purger's decisions read (Purger::watch_releases).
+  const ReleaseAccounting& accounting() const { return acct_; }
   // Worker threads still running (including ones on their way out).
   unsigned workers() const;
 
@@ -97,7 +100,8 @@ class Releaser {
   Backend* backend_ = nullptr;
   Purger* purger_ = nullptr;
   const Platform* platform_ = nullptr;
-  Stats* stats_ = nullptr;
+  Stats* stats_ = nullptr;  // reporting only: decisions read acct_
+  ReleaseAccounting acct_;
   unsigned cpus_ = 0;  // set by init()
 
   Mutex lock_;

@@ -456,7 +456,7 @@ TEST_F(BackendTest, FallsBackToDontneedWhenKernelRejectsMadvFree) {
   backend->release(s);
   fake.advance_ms(2000);
   EXPECT_EQ(purger->decay_pass(fake.now_ns), 2 * kMiB);
-  EXPECT_TRUE(purger->free_unsupported());
+  EXPECT_TRUE(purger->adviser().free_unsupported());
   EXPECT_EQ(st(Stat::purge_free_unsupported), 1u);
   EXPECT_EQ(fake.advised_bytes(Advice::kDontNeed), 2 * kMiB);
   EXPECT_EQ(st(Stat::clean_bytes), st(Stat::reserved_bytes));

@@ -245,7 +245,7 @@ TEST_F(FaultTest, MadvFreeEinvalOnAVectorFallsBackToDontneed) {
   fake.fail_free_with = EINVAL;
   free_scattered_units(3);
   EXPECT_EQ(purger->decay_pass(fake.now_ns), 3 * kUnitSize);
-  EXPECT_TRUE(purger->free_unsupported());
+  EXPECT_TRUE(purger->adviser().free_unsupported());
   EXPECT_EQ(st(Stat::purge_free_unsupported), 1u);
   EXPECT_EQ(fake.advised_bytes(Advice::kDontNeed), 3 * kUnitSize);
   EXPECT_EQ(fake.advised_bytes(Advice::kFree), 0u);
@@ -272,7 +272,7 @@ TEST_F(FaultTest, OtherAdviceErrorsKeepTheBatchRetainedAndRetryLater) {
     EXPECT_EQ(purger->decay_pass(fake.now_ns), 0u);
     EXPECT_GT(st(Stat::purge_failures), failures);
     EXPECT_EQ(st(Stat::retained_bytes), retained);
-    EXPECT_FALSE(purger->free_unsupported());
+    EXPECT_FALSE(purger->adviser().free_unsupported());
     expect_consistent();
     // Pressure relief (DONTNEED) and trim fail the same way.
     EXPECT_EQ(purger->relieve(~uint64_t(0)), 0u);
@@ -319,7 +319,7 @@ TEST_F(FaultTest, ProcessMadviseUnsupportedFallsBackToMadviseForGood) {
   EXPECT_EQ(fake.vector_calls, 1u);
   EXPECT_EQ(fake.advise_calls, 4u);  // the refused vector, then one per range
   EXPECT_EQ(fake.calls.size(), 3u);
-  EXPECT_TRUE(purger->vector_unsupported());
+  EXPECT_TRUE(purger->adviser().vector_unsupported());
   EXPECT_EQ(st(Stat::purge_vector_unsupported), 1u);
   EXPECT_EQ(st(Stat::purge_lazy_calls), 4u);
   EXPECT_EQ(st(Stat::lazy_bytes), 3 * kUnitSize);
@@ -334,7 +334,7 @@ TEST_F(FaultTest, TransientOrPartialProcessMadviseIsFinishedRangeByRange) {
   fake.vector_fault.fail_nth(1, EAGAIN);
   free_scattered_units(3);
   EXPECT_EQ(purger->decay_pass(fake.now_ns), 3 * kUnitSize);
-  EXPECT_FALSE(purger->vector_unsupported());
+  EXPECT_FALSE(purger->adviser().vector_unsupported());
   EXPECT_EQ(fake.calls.size(), 3u);
   // A partial result: the batch is finished with madvise, still not refused.
   fake.vector_short_by = kUnitSize;
@@ -342,7 +342,7 @@ TEST_F(FaultTest, TransientOrPartialProcessMadviseIsFinishedRangeByRange) {
   fake.calls.clear();
   uint64_t lazy = st(Stat::lazy_bytes);
   EXPECT_EQ(purger->decay_pass(fake.now_ns), 3 * kUnitSize);
-  EXPECT_FALSE(purger->vector_unsupported());
+  EXPECT_FALSE(purger->adviser().vector_unsupported());
   EXPECT_EQ(fake.vector_calls, 2u);
   EXPECT_EQ(fake.advised_bytes(Advice::kFree), 6 * kUnitSize);  // vector, then each range again
   EXPECT_EQ(st(Stat::lazy_bytes), lazy + 3 * kUnitSize);
