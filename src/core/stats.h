@@ -119,8 +119,9 @@ class Writer;
   X(idle_heap_collections, counter, "heaps collected by the background thread after their thread " \
     "made no refill or flush for decay_ms (or exited): remote frees and empty spans returned")    \
   X(idle_spans_released, counter, "empty small spans those collections gave back to the backend") \
-  X(idle_cache_bytes, counter, "bytes of cached frees those collections took from the quiet threads' " \
-    "caches back to their spans (bins_take_idle)")                                                \
+  X(idle_cache_bytes, counter, "bytes of cached objects those collections took from the quiet " \
+    "threads' caches back to their spans: the free stacks, and all but the top object of each "  \
+    "allocation stack (bins_take_idle)")                                                         \
   X(span_page_purges, counter, "4 KiB pages inside small spans purged because they held only free " \
     "objects and their heap's thread had been quiet for partial_decay_ms (the spans stay active)") \
   X(span_page_purge_bytes, counter, "bytes of those pages")                                       \
@@ -153,7 +154,7 @@ class Writer;
   X(span_returned_bytes, counter, "bytes of small objects the heap's thread returned to spans "  \
     "(its own or other heaps')")                                                                 \
   X(cache_flushes, counter, "times a thread's cache of a size class overflowed and returned objects to their spans") \
-  X(cache_idle_takes, counter, "times the background thread took this quiet heap's thread's cached frees of a size class back to their spans") \
+  X(cache_idle_takes, counter, "times the background thread took this quiet heap's thread's cached objects of a size class back to their spans") \
   X(cache_idle_flushes, counter, "times a thread's cache of a size class, unchanged for 256 of the thread's refills and overflows, went back to its spans") \
   X(spans_acquired, counter, "small spans taken from the backend")                               \
   X(spans_released, counter, "empty small spans given back to the backend")                      \

@@ -83,22 +83,38 @@ void bins_enable(Heap* h) {
   h->thread_bins = tl_bins;
   h->thread_fbase = tl_bin_fbase;
   h->thread_bin_bytes = tl_bin_bytes;
+  h->bins_taken = false;
 }
 
-// REQUIRES h held.  The bins' free stacks moved down to the start of
-// their slots, where bins_take_idle took their older entries (it moves
-// fbase up and sets h->bins_taken).
-void free_stacks_to_start(Heap* h) {
+// REQUIRES h held.  The bins' stacks moved down to the start of their
+// halves of the slots, where bins_take_idle took their older entries (it
+// moves fbase, and an allocation stack's base, up and sets
+// h->bins_taken): the free stack fills its half up to flimit, and the
+// stacks trade places by swapping halves (bins_trade), refills fill the
+// allocation stack from its base (bin_refill).  The free stack's half is
+// the one flimit ends; the allocation stack has the other.
+void bins_to_start(Heap* h) {
   for (unsigned c = 0; c < kSmallClasses; ++c) {
     Bin& bin = tl_bins[c];
     if (!bin.flimit) continue;
-    Block** start = bin.flimit - kClasses.bin_cap[c];
+    const uint32_t cap = kClasses.bin_cap[c];
+    Block** const slots = h->bin_slots + kClasses.bin_offset[c];
+    Block** const fstart = bin.flimit - cap;
+    Block** const astart = fstart == slots ? slots + cap : slots;
+    if (bin.base != astart) {
+      // At most one entry left (the top, which the thread may still pop),
+      // and never below base outside a collector's take.
+      size_t n = bin.top > bin.base ? size_t(bin.top - bin.base) : 0;
+      memmove(astart, bin.base, n * sizeof(Block*));
+      bin.base = astart;
+      bin.top = astart + n;
+    }
     Block** fbase = tl_bin_fbase[c];
-    if (fbase == start) continue;
+    if (fbase == fstart) continue;
     size_t n = size_t(bin.ftop - fbase);
-    memmove(start, fbase, n * sizeof(Block*));
-    tl_bin_fbase[c] = start;
-    bin.ftop = start + n;
+    memmove(fstart, fbase, n * sizeof(Block*));
+    tl_bin_fbase[c] = fstart;
+    bin.ftop = fstart + n;
   }
   h->bins_taken = false;
 }
@@ -110,7 +126,7 @@ void free_stacks_to_start(Heap* h) {
 static bool bin_flush_held(Heap* h, unsigned c, uint32_t keep) {
   Bin& bin = tl_bins[c];
   if (!bin.flimit) return false;
-  if (h->bins_taken) free_stacks_to_start(h);
+  if (h->bins_taken) bins_to_start(h);
   Block** fbase = tl_bin_fbase[c];
   uint32_t in_free = uint32_t(bin.ftop - fbase);
   if (keep > in_free) keep = in_free;
@@ -181,29 +197,99 @@ void bins_return_all(Heap* h, bool disable) {
   if (pending) heap_work_arrived();
 }
 
-// REQUIRES h claimed by a collector (lm_collect_idle_heaps).  Takes the
-// free stacks of h's thread's bins: what it freed and has not allocated
-// again.  The thread may be running its fast paths meanwhile (they are
-// not excluded, so that they stay as they are): a free writes an entry at
-// ftop and then publishes ftop (a release store), and nothing but a slow
-// path reads or writes below ftop, or reads fbase; so the entries below
-// the ftop read here are the collector's to take, and moving fbase up to
-// it hands them over.  The allocation stacks stay: a malloc pops from
-// them with no check a collector could use (at most bin_cap objects per
-// class, whose spans' other pages the in-span purge reaches).
-bool bins_take_idle(Heap* h, uint64_t* bytes) {
+// Taking a quiet thread's cache (lm_collect_idle_heaps), with h claimed
+// by the collector throughout, so that none of the thread's slow paths
+// runs (they are the only other code that writes a bin's base or top, or
+// moves entries).  The thread may be running its fast paths meanwhile:
+// they are not excluded, so that they stay as they are.
+//
+// Free stacks: a free writes an entry at ftop and then publishes ftop (a
+// release store), and nothing but a slow path reads or writes below ftop,
+// or reads fbase; so the entries below the ftop read here are the
+// collector's to take, and moving fbase up to it hands them over.
+//
+// Allocation stacks: a malloc loads top and base, pops `*--top` if top >
+// base (bin_ready; `>`, so that a base at or above top reads as empty),
+// and stores top; nothing else on the fast paths touches them.  The
+// collector, for every bin with two entries or more:
+//   1. (bins_take_begin) reads T0 = top, keeps the old base B, and stores
+//      base = T0 - 1, for every bin of every heap of the batch;
+//   2. (the caller) one process barrier (membarrier: every thread of the
+//      process executes a full memory barrier before it returns);
+//   3. (bins_take_idle) reads T1 = top, takes the entries [B, K) with
+//      K = max(B, T1 - 1), and stores base = K.
+// A pop is a sequence of instructions on the owner thread, and the
+// barrier interrupts it at one point.  Pops that completed before that
+// point are in T1 (the barrier publishes their stores of top).  A pop
+// whose loads come after it sees base T0 - 1 (or, later, K): it pops only
+// while top >= T0, that is top == T1 == T0, and takes entry T0 - 1 =
+// T1 - 1 = K; top never rises while the heap is claimed.  At most one pop
+// straddles the point: it loaded the old base and top == T1 before it
+// (top is written by the owner only), and takes entry T1 - 1, storing
+// top = T1 - 1 before or after the collector reads T1.  If after, it took
+// K; if before, the collector read T1 = T - 1 where T is what the pop
+// read, so the pop took entry T1, above K, and the owner may pop K itself
+// once base is K (top is T1 = K + 1).  Either way the owner gets only
+// entries at or above K, and top never drops below K: storing base = K
+// leaves a valid stack of at most one entry.  So the collector takes all
+// but one entry of the allocation stack; a class whose stack holds at most
+// one object (bin_cap 1: classes above 8 KiB) keeps it.  Without the
+// barrier (the platform has none: g_heap_fence; or it failed), step 3
+// puts base back to B and takes nothing from the allocation stacks.
+//
+// The slow paths see a stack that no longer starts at its half of the
+// slots (h->bins_taken: bins_to_start moves it back before anything
+// reads or fills it), or one entry where a malloc came to the slow path
+// because it read a raised base (bins_trade and alloc_class pop it).
+bool bins_take_begin(Heap* h) {
+  Bin* bins = h->thread_bins;
+  if (!bins) return false;
+  bool any = false;
+  for (unsigned c = 0; c < kSmallClasses; ++c) {
+    Block** base = bins[c].base;  // written by no one else meanwhile
+    Block** top = __atomic_load_n(&bins[c].top, __ATOMIC_RELAXED);
+    if (!base || top - base < 2) {
+      h->bins_taking[c] = nullptr;
+      continue;
+    }
+    h->bins_taking[c] = base;
+    __atomic_store_n(&bins[c].base, top - 1, __ATOMIC_RELAXED);
+    any = true;
+  }
+  return any;
+}
+
+bool bins_take_idle(Heap* h, uint64_t* bytes, bool fenced) {
   Bin* bins = h->thread_bins;
   Block*** fbases = h->thread_fbase;
   if (!bins) return false;
   bool pending = false;
   for (unsigned c = 0; c < kSmallClasses; ++c) {
+    Block* out[2 * kBinCapMax];
+    uint32_t n = 0;
+    // The allocation stack (bins_take_begin moved its base up).
+    Block** b = h->bins_taking[c];
+    if (b) {
+      h->bins_taking[c] = nullptr;
+      Block** keep = b;
+      if (fenced) {
+        Block** t1 = __atomic_load_n(&bins[c].top, __ATOMIC_RELAXED);
+        if (t1 - b > 1) keep = t1 - 1;
+      }
+      n = uint32_t(keep - b);
+      memcpy(out, b, n * sizeof(Block*));
+      __atomic_store_n(&bins[c].base, keep, __ATOMIC_RELAXED);
+    }
+    // The free stack.
     Block** fbase = fbases[c];
     Block** ftop = __atomic_load_n(&bins[c].ftop, __ATOMIC_ACQUIRE);
-    if (!fbase || ftop == fbase) continue;
-    uint32_t n = uint32_t(ftop - fbase);
-    Block* out[kBinCapMax];
-    memcpy(out, fbase, n * sizeof(Block*));
-    __atomic_store_n(&fbases[c], ftop, __ATOMIC_RELAXED);
+    if (fbase && ftop != fbase) {
+      uint32_t k = uint32_t(ftop - fbase);
+      memcpy(out + n, fbase, k * sizeof(Block*));
+      n += k;
+      __atomic_store_n(&fbases[c], ftop, __ATOMIC_RELAXED);
+    }
+    if (n == 0) continue;
     h->bins_taken = true;
     // What the thread last published for this bin (its TLS record, which
     // the collector may write while it holds the heap) loses what was taken.

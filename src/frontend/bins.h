@@ -20,8 +20,11 @@ namespace lazymalloc::detail {
 // A thread's cache of free objects of one size class (heap.h): two stacks
 // of their addresses, in the thread's heap (Heap::bin_slots), each of at
 // most bin_cap(c) entries.  malloc pops from the allocation stack
-// [base, top); free pushes onto the free stack [fbase, ftop), full at
-// flimit; when the allocation stack runs dry the two trade places.  Two
+// [base, top) while top > base (bin_ready); free pushes onto the free stack
+// [fbase, ftop), full at flimit; when the allocation stack runs dry the two
+// trade places.  A collector may take both stacks of a quiet thread
+// (bins_take_begin, bins_take_idle: base moves up, so top may lie below it
+// for a while).  Two
 // stacks, so that a malloc does not read what the last free of its class
 // just wrote (one list made every malloc/free pair a chain of
 // store-to-load forwards: alloc-pair-1t measured 58-67M pairs/s against
@@ -113,12 +116,39 @@ LM_INLINE void publish_ftop(Bin& bin, Block** top) {
 #endif
 }
 
-// Pops the top of bin's allocation stack, which is not empty (the malloc
-// fast path).  With checks, clears the object's tag.
+// The allocation stack's base and top as the pops (bin_ready, bin_pop)
+// read and write them while a collector may read top and move base
+// (bins_take_begin, bins_take_idle): relaxed atomics.  On x86 plain
+// accesses, which compile to the same loads and stores: GCC gives the
+// atomic ones a fresh thread-local address computation, more instructions
+// on the malloc fast path.  Under TSan, which must see them, atomics.
+LM_INLINE Block** bin_base(const Bin& bin) {
+#if defined(__x86_64__) && !defined(__SANITIZE_THREAD__)
+  return bin.base;
+#else
+  return __atomic_load_n(&bin.base, __ATOMIC_RELAXED);
+#endif
+}
+LM_INLINE void bin_set_top(Bin& bin, Block** top) {
+#if defined(__x86_64__) && !defined(__SANITIZE_THREAD__)
+  bin.top = top;
+#else
+  __atomic_store_n(&bin.top, top, __ATOMIC_RELAXED);
+#endif
+}
+
+// bin's allocation stack holds an object for this thread's malloc: top
+// above base, not just different (a collector that takes the stack moves
+// base up to or past top: bins_take_begin).  The same cmp and one
+// conditional jump as `!=`.
+LM_INLINE bool bin_ready(const Bin& bin) { return bin.top > bin_base(bin); }
+
+// Pops the top of bin's allocation stack, which is ready (the malloc fast
+// path).  With checks, clears the object's tag.
 LM_INLINE Block* bin_pop(Bin& bin) {
   Block** t = bin.top - 1;
   Block* b = *t;
-  bin.top = t;
+  bin_set_top(bin, t);
   if constexpr (kChecks) tag_word(b) = 0;
   return b;
 }
@@ -137,15 +167,17 @@ LM_INLINE void bin_push(Span* s, void* p) {
 }
 
 // The slow paths (bins.cc).
-void free_stacks_to_start(Heap* h);
+void bins_to_start(Heap* h);
 
 // REQUIRES the thread's heap h held: if bin c's allocation stack is empty
-// and its free stack is not, they trade places.
+// and its free stack is not, they trade places.  The allocation stack may
+// hold an entry although the malloc that came here saw none: a collector
+// had moved its base up meanwhile, and put it back (bins_take_idle).
 inline void bins_trade(Heap* h, unsigned c) {
-  if (LM_UNLIKELY(h->bins_taken)) free_stacks_to_start(h);  // a collector took entries
+  if (LM_UNLIKELY(h->bins_taken)) bins_to_start(h);  // a collector took entries
   Bin& bin = tl_bins[c];
   Block** fbase = tl_bin_fbase[c];
-  if (bin.ftop == fbase) return;
+  if (bin.ftop == fbase || bin.top != bin.base) return;
   Block** empty = bin.base;
   bin.base = fbase;
   bin.top = bin.ftop;
@@ -156,10 +188,18 @@ inline void bins_trade(Heap* h, unsigned c) {
 void bin_refill(Bin& bin, unsigned c, Span* s);
 void bin_flush(Heap* h, unsigned c, uint32_t keep);
 
-// REQUIRES h claimed by a collector: takes the free stacks of h's thread's
-// bins back to their spans (adds their bytes to *bytes); true if another
-// heap got work.
-bool bins_take_idle(Heap* h, uint64_t* bytes);
+// A collector's take of a quiet thread's cache, in two steps around one
+// process barrier (bins.cc explains why it is safe).  REQUIRES h claimed by
+// a collector, from bins_take_begin until bins_take_idle: bins_take_begin
+// moves up the base of each allocation stack of h's thread that holds two
+// objects or more (true if it moved any); then, once every thread has
+// executed a memory barrier (`fenced`: heaps_barrier returned true),
+// bins_take_idle takes the free stacks and all but the top entry of those
+// allocation stacks back to their spans (adds their bytes to *bytes);
+// without the barrier it puts the bases back and takes the free stacks
+// only.  true if another heap got work.
+bool bins_take_begin(Heap* h);
+bool bins_take_idle(Heap* h, uint64_t* bytes, bool fenced);
 void bin_event(Heap* h);
 // Publishes the bytes bin c holds now in heap h's cache_bytes (slow paths
 // only: the fast paths never count).

@@ -134,7 +134,12 @@ struct Heap {
   detail::Bin* thread_bins = nullptr;
   Block*** thread_fbase = nullptr;
   uint32_t* thread_bin_bytes = nullptr;  // its tl_bin_bytes (bins.cc, bin_published)
-  bool bins_taken = false;  // REQUIRES busy or claimed: bins_take_idle moved an fbase up
+  // REQUIRES busy or claimed: bins_take_idle moved an fbase or a base up
+  // (bins_to_start moves the stacks back to the start of their slots).
+  bool bins_taken = false;
+  // Collector only: the base of each allocation stack that bins_take_begin
+  // moved up, until bins_take_idle (null: none).
+  Block** bins_taking[kSmallClasses] = {};
   // Freed large blocks kept for the thread's next large mallocs, most recent
   // last (large.cc).  REQUIRES busy or claimed.
   Span* large_cache[kLargeCacheSlots] = {};

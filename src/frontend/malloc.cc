@@ -68,7 +68,7 @@ void* lm_malloc(size_t size) {
     return malloc_generic(size, 0, nullptr);
   }
   Bin& bin = tl_bins[c];
-  if (LM_LIKELY(bin.top != bin.base)) return bin_pop(bin);
+  if (LM_LIKELY(bin_ready(bin))) return bin_pop(bin);
   return malloc_generic(size, 0, nullptr);
 }
 

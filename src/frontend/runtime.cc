@@ -96,10 +96,15 @@ void fork_child() {
   g.purger.fork_child();
   g.background.fork_child();
   g.stats.set(Stat::background_threads, 0);
-  // Only the forking thread lives on: every other owned heap is orphaned.
+  // Only the forking thread lives on: every other owned heap is orphaned,
+  // and forgets its thread's bins (a collector must not take from them:
+  // their memory may become a new thread's).
   for (Heap* h = g.all_heaps; h; h = h->next_all) {
     if (h->owned && h != tl_heap) {
       h->owned = false;
+      h->thread_bins = nullptr;
+      h->thread_fbase = nullptr;
+      h->thread_bin_bytes = nullptr;
       h->next_pool = g.pool;
       g.pool = h;
       g.stats.add(Stat::heaps_pooled, 1);
@@ -326,6 +331,18 @@ size_t lm_collect_idle_heaps(uint64_t now, uint64_t idle_ns, uint64_t* next_due,
     // A heap whose thread is in a slow path is not idle: looked at again later.
     unsigned held = heaps_claim(batch, n);
     if (held < n) due_at(now + idle_ns);
+    // The heaps to collect; their threads' allocation stacks are taken
+    // around one more process barrier for the batch (bins_take_begin),
+    // where there is one: threads that fence themselves do not fence their
+    // fast paths.
+    bool collecting[64];
+    bool raised = false;
+    for (unsigned i = 0; i < held; ++i) {
+      Heap* d = batch[i];
+      collecting[i] = !d->idle_collected || d->remote_pending.load(std::memory_order_relaxed);
+      if (collecting[i] && !g_heap_fence) raised |= bins_take_begin(d);
+    }
+    const bool fenced = raised && heaps_barrier();
     // Collections first, each heap let go at once: quick.
     Heap* passes[64];
     unsigned np = 0;
@@ -333,10 +350,10 @@ size_t lm_collect_idle_heaps(uint64_t now, uint64_t idle_ns, uint64_t* next_due,
       Heap* d = batch[i];
       {
         HeapGuard guard(d, HeapGuard::kClaimed);
-        if (!d->idle_collected || d->remote_pending.load(std::memory_order_relaxed)) {
+        if (collecting[i]) {
           uint64_t before = d->stats.v[unsigned(HeapStat::spans_released)].load(std::memory_order_relaxed);
           d->remote_pending.store(false, std::memory_order_relaxed);
-          pending |= bins_take_idle(d, &cache_bytes);
+          pending |= bins_take_idle(d, &cache_bytes, fenced);
           heap_collect(d);
           released += d->stats.v[unsigned(HeapStat::spans_released)].load(std::memory_order_relaxed) - before;
           d->idle_collected = true;

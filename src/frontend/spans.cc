@@ -423,24 +423,28 @@ Block* refill(Heap* h, unsigned c, Bin& bin) {
 // heap held (HeapGuard).
 LM_NOINLINE void* alloc_class(Heap* h, unsigned c) {
   Bin& bin = tl_bins[c];
-  if (bin.top == bin.base) {
+  if (!bin_ready(bin)) {
     // Held while the stacks trade places: the background thread may be
-    // taking the free stack (bins_take_idle).
+    // taking them (bins_take_idle).
     heap_hold(h);
     bins_trade(h, c);
     heap_leave(h);
   }
-  if (bin.top != bin.base) return bin_pop(bin);
+  if (bin_ready(bin)) return bin_pop(bin);
   Block* b;
   {
     HeapGuard guard(h);
+    // A collector may have taken the stack since the trade, and left its
+    // top entry (bins_take_idle): the stack goes back to the start of its
+    // slots, and that entry out, before a refill fills it.
+    if (h->bins_taken) bins_to_start(h);
+    if (bin.top != bin.base) return bin_pop(bin);
     b = refill(h, c, bin);
+    // Held: a collector's take writes what the thread published.
+    if (b) bin_published(h, c);
   }
   // With the heap let go: an idle bin's flush holds it again.
-  if (b) {
-    bin_published(h, c);
-    bin_event(h);
-  }
+  if (b) bin_event(h);
   return b;
 }
 

@@ -1,6 +1,7 @@
 // Small objects go back to the backend (issue #13): spans emptied by their
 // own thread, by other threads while their owner is quiet, and under
-// concurrent collection; the free pages inside spans of a quiet heap go
+// concurrent collection; a quiet thread's cached objects (both stacks of
+// its bins, taken by the collector, also while the thread pops); the free pages inside spans of a quiet heap go
 // back too (in-span purging), and come back intact.  Over the real backend, through the lm_* entry
 // points (the test process's own malloc stays glibc's); the background
 // thread is off, so the collector runs only when a test calls it, with
@@ -22,7 +23,9 @@
 #include "core/options.h"
 #include "fixture.h"
 #include "phases.h"
+#include "frontend/bins.h"
 #include "frontend/heap.h"
+#include "frontend/internal.h"
 #include "json_parse.h"
 
 namespace lazymalloc {
@@ -178,6 +181,109 @@ TEST_P(SmallRelease, AQuietThreadsCachedFreesGoBackWithoutIt) {
   EXPECT_EQ(lm_check_invariants(), nullptr);
 }
 
+// A worker whose cache of one size class holds objects in its allocation
+// stack, and none in its free stack, and that then blocks: it allocates
+// about 4 MiB of objects, frees them all (the free stack fills, and its
+// overflows flush the rest), and allocates one more, for which the stacks
+// trade places.  It records how many objects its allocation stack holds
+// and the bottom one.  Woken (finish), it reads its allocation stack
+// again, allocates as many objects as before, each of which must be
+// distinct and keep the bytes written into it, and frees everything.
+class QuietAllocator {
+ public:
+  explicit QuietAllocator(size_t size) : size_(size), cls_(detail::cached_class(size)) {
+    thread_ = std::thread([this] { run(); });
+    phases_.wait(1);
+  }
+  ~QuietAllocator() { finish(); }
+  // Wakes the worker and waits for it.
+  void finish() {
+    if (!thread_.joinable()) return;
+    phases_.set(2);
+    thread_.join();
+  }
+  size_t object_bytes() const { return class_size(cls_); }
+  size_t in_alloc = 0;        // objects in the allocation stack when it blocked
+  bool free_empty = false;    // its free stack was empty then
+  void* bottom = nullptr;     // the allocation stack's bottom object (if 2 or more)
+  size_t in_alloc_after = 0;  // objects in the allocation stack when it woke
+  size_t handed_out_twice = 0, overwritten = 0;
+
+ private:
+  static unsigned char fill(size_t i) { return static_cast<unsigned char>(0x21 + i * 11); }
+  size_t in_alloc_now() const {
+    const detail::Bin& bin = detail::tl_bins[cls_];
+    return bin.top > bin.base ? size_t(bin.top - bin.base) : 0;
+  }
+  void run() {
+    const size_t n = (size_t(4) << 20) / size_;
+    std::vector<void*> v(n);
+    for (auto& p : v) {
+      p = lm_malloc(size_);
+      if (p) memset(p, 0x6b, size_);
+    }
+    for (void* p : v) lm_free(p);
+    auto* first = static_cast<unsigned char*>(lm_malloc(size_));
+    memset(first, 0x5e, size_);
+    in_alloc = in_alloc_now();
+    free_empty = detail::tl_bins[cls_].ftop == detail::tl_bin_fbase[cls_];
+    if (in_alloc >= 2) bottom = *detail::tl_bins[cls_].base;
+    phases_.set(1);
+    phases_.wait(2);
+    in_alloc_after = in_alloc_now();
+    std::set<void*> seen{first};
+    std::vector<unsigned char*> again(n);
+    for (size_t i = 0; i < n; ++i) {
+      again[i] = static_cast<unsigned char*>(lm_malloc(size_));
+      if (!seen.insert(again[i]).second) ++handed_out_twice;
+      memset(again[i], fill(i), size_);
+    }
+    for (size_t i = 0; i < n; ++i) {
+      if (again[i][0] != fill(i) || again[i][size_ / 2] != fill(i) || again[i][size_ - 1] != fill(i)) ++overwritten;
+    }
+    if (first[0] != 0x5e || first[size_ - 1] != 0x5e) ++overwritten;
+    for (unsigned char* p : again) lm_free(p);
+    lm_free(first);
+  }
+
+  const size_t size_;
+  const unsigned cls_;
+  lmt::Phases phases_;  // 1: the worker is quiet; 2: it may go on
+  std::thread thread_;
+};
+
+// Once a worker's heap has been quiet for the idle time, the collector
+// takes its allocation stack back to the spans too, all but the top object
+// (which the thread may be popping: bins.cc); a class whose stack holds one
+// object (30000 B: bin_cap 1) keeps it.  The worker then allocates again
+// and gets every object once.  A taken object is free: freeing it is a
+// double free.
+TEST_P(SmallRelease, AQuietThreadsAllocationStackGoesBackWithoutIt) {
+  lm_thread_collect();
+  const uint64_t bytes0 = stat("idle_cache_bytes");
+  QuietAllocator worker(GetParam());
+  EXPECT_TRUE(worker.free_empty);
+  if (GetParam() <= 4000) ASSERT_GE(worker.in_alloc, 2u) << "the test needs a stack to take";
+  const uint64_t want = worker.in_alloc > 1 ? (worker.in_alloc - 1) * worker.object_bytes() : 0;
+
+  const uint64_t t0 = 4000 * kSecond, idle = kSecond;
+  lm_collect_idle_heaps(t0, idle);
+  lm_collect_idle_heaps(t0 + idle / 2, idle);  // quiet, not yet for long enough
+  EXPECT_EQ(stat("idle_cache_bytes"), bytes0);
+  lm_collect_idle_heaps(t0 + idle, idle);
+  EXPECT_EQ(stat("idle_cache_bytes") - bytes0, want);
+#if LAZYMALLOC_CHECKS
+  if (worker.bottom) {
+    EXPECT_DEATH(lm_free(worker.bottom), "lazymalloc: free\\(\\): invalid pointer 0x[0-9a-f]+: double free");
+  }
+#endif
+  worker.finish();
+  EXPECT_EQ(worker.in_alloc_after, worker.in_alloc > 1 ? 1u : worker.in_alloc);
+  EXPECT_EQ(worker.handed_out_twice, 0u);
+  EXPECT_EQ(worker.overwritten, 0u);
+  EXPECT_EQ(lm_check_invariants(), nullptr);
+}
+
 // Without the process barrier (membarrier refused), a collector cannot
 // tell that a quiet thread is outside its slow path: it claims nothing and
 // changes nothing; once the barrier works again it collects.
@@ -214,6 +320,57 @@ TEST(SmallReleaseFaults, NoProcessBarrierNoCollection) {
   worker.join();
   EXPECT_EQ(lm_check_invariants(), nullptr);
   lm_set_platform(&pal::linux_platform());
+}
+
+// Where threads fence themselves (no process barrier at start-up:
+// g_heap_fence), their fast paths do not: the collector takes free stacks
+// only, and the allocation stack stays whole.
+TEST(SmallReleaseFaults, WithoutTheProcessBarrierAllocationStacksStay) {
+  option_set(unsigned(Opt::background), 0);
+  lm_init();
+  lm_thread_collect();
+  const uint64_t bytes0 = stat("idle_cache_bytes");
+  QuietAllocator worker(64);
+  ASSERT_GE(worker.in_alloc, 2u);
+  const bool fence = detail::g_heap_fence;
+  detail::g_heap_fence = true;  // (every thread but this one is blocked or fences)
+  const uint64_t t0 = 5000 * kSecond, idle = kSecond;
+  lm_collect_idle_heaps(t0, idle);
+  lm_collect_idle_heaps(t0 + idle, idle);
+  detail::g_heap_fence = fence;
+  EXPECT_EQ(stat("idle_cache_bytes"), bytes0);
+  worker.finish();
+  EXPECT_EQ(worker.in_alloc_after, worker.in_alloc);
+  EXPECT_EQ(worker.handed_out_twice, 0u);
+  EXPECT_EQ(worker.overwritten, 0u);
+  EXPECT_EQ(lm_check_invariants(), nullptr);
+}
+
+// The barrier that claims the heaps works and the one of the take fails:
+// the allocation stacks' bases go back, nothing is taken from them, and the
+// worker goes on with its stack whole.
+TEST(SmallReleaseFaults, ATakesFailedBarrierPutsTheBasesBack) {
+  option_set(unsigned(Opt::background), 0);
+  lm_init();
+  test::FakePlatform fake;
+  lm_thread_collect();
+  const uint64_t bytes0 = stat("idle_cache_bytes");
+  QuietAllocator worker(64);
+  ASSERT_GE(worker.in_alloc, 2u);
+  const uint64_t t0 = 6000 * kSecond, idle = kSecond;
+  lm_collect_idle_heaps(t0, idle);
+  lm_set_platform(fake.get());
+  fake.barrier_fault.fail_nth(2);
+  lm_collect_idle_heaps(t0 + idle, idle);
+  lm_set_platform(&pal::linux_platform());
+  EXPECT_EQ(fake.barrier_fault.failures, 1u);
+  EXPECT_GE(stat("idle_heap_collections"), 1u);
+  EXPECT_EQ(stat("idle_cache_bytes"), bytes0);
+  worker.finish();
+  EXPECT_EQ(worker.in_alloc_after, worker.in_alloc);
+  EXPECT_EQ(worker.handed_out_twice, 0u);
+  EXPECT_EQ(worker.overwritten, 0u);
+  EXPECT_EQ(lm_check_invariants(), nullptr);
 }
 
 // Threads that allocate, hand objects to each other, check their contents
@@ -328,6 +485,71 @@ TEST(SmallReleaseStress, CollectionRacesWithThreadsThatSleepAndWake) {
   // Pages inside spans were purged under the threads, and revived by them.
   EXPECT_GE(stat("span_page_purges") - purges0, 1u);
   EXPECT_GE(stat("span_page_revivals") - revivals0, 1u);
+  EXPECT_EQ(lm_check_invariants(), nullptr);
+}
+
+// A thread that pops and pushes one size class as fast as it can, all on
+// its fast paths and the stacks' trades (no slow-path event, so its heap
+// reads as quiet), while a collector takes its cache again and again
+// (idle time 0: every other pass, once the thread has refilled): each
+// batch of objects it holds at once must be distinct (each keeps the index
+// written into it) and no check may fail.  A pop that races with a take
+// is what bins_take_idle leaves the top entry for.
+TEST(SmallReleaseStress, AllocationStacksTakenUnderAThreadThatPops) {
+  option_set(unsigned(Opt::background), 0);
+  lm_init();
+  constexpr size_t kSize = 64;
+  constexpr size_t kBatch = 100;  // under the class's bin_cap (128)
+#if defined(__SANITIZE_THREAD__)
+  constexpr int kRounds = 20000;
+#else
+  constexpr int kRounds = 200000;
+#endif
+  const uint64_t bytes0 = stat("idle_cache_bytes"), takes0 = stat("cache_idle_takes");
+  std::atomic<bool> done{false};
+  std::atomic<uint64_t> passes{0};
+  std::thread collector([&] {
+    for (uint64_t now = 1; !done.load(std::memory_order_relaxed); ++now) {
+      lm_collect_idle_heaps(now * kSecond, 0);
+      passes.fetch_add(1, std::memory_order_relaxed);
+    }
+  });
+  size_t duplicates = 0, failures = 0;
+  std::thread popper([&] {
+    void* batch[kBatch];
+    for (int round = 0; round < kRounds; ++round) {
+      for (size_t i = 0; i < kBatch; ++i) batch[i] = lm_malloc(kSize);
+      for (size_t i = 0; i < kBatch; ++i) {
+        if (!batch[i]) {
+          ++failures;
+          continue;
+        }
+        static_cast<uint64_t*>(batch[i])[0] = i;
+        static_cast<uint64_t*>(batch[i])[7] = ~uint64_t(i);
+      }
+      for (size_t i = 0; i < kBatch; ++i) {
+        if (!batch[i]) continue;
+        const uint64_t* w = static_cast<const uint64_t*>(batch[i]);
+        if (w[0] != i || w[7] != ~uint64_t(i)) ++duplicates;
+      }
+      for (size_t i = 0; i < kBatch; ++i) lm_free(batch[i]);
+      // Now and then waits for three of its passes, which take the cache
+      // once at least (the first may see the refill that followed the last
+      // take), however rarely the two threads run at the same time.
+      if (round % (kRounds / 8) == 0) {
+        const uint64_t seen = passes.load(std::memory_order_relaxed);
+        while (passes.load(std::memory_order_relaxed) < seen + 3) std::this_thread::yield();
+      }
+    }
+    lm_thread_collect();
+  });
+  popper.join();
+  done.store(true);
+  collector.join();
+  EXPECT_EQ(failures, 0u);
+  EXPECT_EQ(duplicates, 0u);
+  EXPECT_GT(stat("cache_idle_takes"), takes0);
+  EXPECT_GT(stat("idle_cache_bytes"), bytes0);
   EXPECT_EQ(lm_check_invariants(), nullptr);
 }
 
