@@ -41,23 +41,23 @@ bool Backend::register_arena(Arena* a) {
     bool in_range = idx < (uintptr_t(1) << (kAddressBits - kSlotShift));
     SlotMeta** leaf = in_range ? slot_leaf(idx >> kLeafBits) : nullptr;
     Span** unit_leaf = in_range ? this->unit_leaf(idx >> kLeafBits) : nullptr;
-    if (unit_leaf == g_empty_unit_leaf) {
+    if (unit_leaf == empty_unit_leaf_) {
       // 2 MiB of which only the pages for units in use are touched: never
       // a transparent huge page.
       unit_leaf = static_cast<Span**>(map_leaf(kUnitLeafSize * sizeof(Span*)));
       if (unit_leaf) {
         platform_->advise_hugepage(platform_->ctx, unit_leaf, kUnitLeafSize * sizeof(Span*), false);
         __atomic_store_n(&unit_root_[idx >> kLeafBits],
-                         reinterpret_cast<uintptr_t>(unit_leaf) - reinterpret_cast<uintptr_t>(g_empty_unit_leaf),
+                         reinterpret_cast<uintptr_t>(unit_leaf) - reinterpret_cast<uintptr_t>(empty_unit_leaf_),
                          __ATOMIC_RELEASE);
       }
     }
-    if (leaf == g_empty_leaf && unit_leaf) {
+    if (leaf == empty_leaf_ && unit_leaf) {
       // Zero-filled: every entry says "no slot".
       leaf = static_cast<SlotMeta**>(map_leaf(kLeafSize * sizeof(SlotMeta*)));
       if (leaf) {
         __atomic_store_n(&root_[idx >> kLeafBits],
-                         reinterpret_cast<uintptr_t>(leaf) - reinterpret_cast<uintptr_t>(g_empty_leaf),
+                         reinterpret_cast<uintptr_t>(leaf) - reinterpret_cast<uintptr_t>(empty_leaf_),
                          __ATOMIC_RELEASE);
       }
     }

@@ -78,16 +78,17 @@ struct SlotMeta {
 // The page maps.  A root entry covers 2^13 slots (16 GiB) with a leaf of
 // SlotMeta* (the slot map: owns_address) and a leaf of Span* per 64 KiB
 // unit (the unit map: span_of, two dependent loads).  A root entry holds
-// its leaf's address as an offset from the empty leaf of its map, so that
-// zero (a root entry without a leaf) leads to the empty leaf, whose entries
-// are null ("nothing here"): the roots and the empty leaves are all zero in
-// the binary (.bss), need no relocation at load time, and stay untouched
-// until an arena is registered.  A lookup adds the empty leaf's address (a
-// link-time constant) to the root entry: no extra load, no extra branch.
+// its leaf's address as an offset from the empty leaf of its map, a member
+// of the Backend (Backend::empty_leaf_, empty_unit_leaf_), so that zero (a
+// root entry without a leaf) leads to the empty leaf, whose entries are
+// null ("nothing here"): the roots and the empty leaves are all zero in the
+// binary (.bss), need no relocation at load time, and stay untouched until
+// an arena is registered.  As the empty leaf lies at a fixed distance from
+// the root, a lookup adds the root's address, already in a register for the
+// root entry's load, to the entry and puts the distance into the leaf
+// load's displacement: no extra load, no extra branch, one add.
 inline constexpr size_t kPageMapLeafSize = size_t(1) << 13;
 inline constexpr size_t kUnitLeafSize = kPageMapLeafSize * kUnitsPerSlot;
-inline constinit SlotMeta* g_empty_leaf[kPageMapLeafSize] = {};     // never written (bss)
-inline constinit Span* g_empty_unit_leaf[kUnitLeafSize] = {};       // never written (bss)
 
 struct Arena {
   uintptr_t base;
@@ -245,12 +246,18 @@ class Backend {
     // The range check on the root index itself: one shift serves both.
     uintptr_t root_index = a >> (kSlotShift + kLeafBits);
     if (LM_UNLIKELY(root_index >= kRootSize)) return nullptr;
-    // The root entry addressed in bytes: GCC computes &unit_root_[i] as
-    // (i + offset) * 8 from the global, an add more on the free path; this
-    // way the offset goes into the lea of the base.
-    const uintptr_t* entry = reinterpret_cast<const uintptr_t*>(
-        reinterpret_cast<const char*>(unit_root_) + root_index * sizeof(uintptr_t));
-    uintptr_t leaf = __atomic_load_n(entry, __ATOMIC_ACQUIRE) + reinterpret_cast<uintptr_t>(g_empty_unit_leaf);
+    // The root entry addressed in bytes from the root's address: GCC
+    // computes &unit_root_[i] as (i + offset) * 8 from the global, an add
+    // more on the free path; this way the offset goes into the lea of the
+    // base.  The leaf is then that base plus the entry plus the empty
+    // leaf's (constant) distance from the root, which goes into the load.
+    const char* root = reinterpret_cast<const char*>(unit_root_);
+    // Opaque to the compiler from here, so that it uses the register rather
+    // than a second lea of the empty leaf's address.
+    asm("" : "+r"(root));
+    uintptr_t entry = __atomic_load_n(reinterpret_cast<const uintptr_t*>(root + root_index * sizeof(uintptr_t)),
+                                      __ATOMIC_ACQUIRE);
+    const char* leaf = root + entry + kEmptyUnitLeafDistance;
     return reinterpret_cast<Span* const*>(leaf)[(a >> kUnitShift) & (kUnitLeafSize - 1)];
   }
   // True if `p` lies in address space this backend reserved.
@@ -408,18 +415,23 @@ class Backend {
   SlotMeta* lazy_tail_ = nullptr;
   MetaPool<Span> spans_;
   MetaPool<Arena> arena_records_;
-  // Offsets of the leaves from g_empty_leaf / g_empty_unit_leaf (0: the
+  // Offsets of the leaves from empty_leaf_ / empty_unit_leaf_ (0: the
   // empty leaf) until an arena needs them; written with release under
   // lock_, read with acquire by owns_address() and span_of().
   uintptr_t root_[kRootSize] = {};
   uintptr_t unit_root_[kRootSize] = {};
+  // The empty leaves (page maps, above): never written.  The unit map's
+  // follows its root, at the distance span_of() adds as a constant.
+  Span* empty_unit_leaf_[kUnitLeafSize] = {};
+  SlotMeta* empty_leaf_[kLeafSize] = {};
+  static constexpr uintptr_t kEmptyUnitLeafDistance = sizeof(unit_root_);
   SlotMeta** slot_leaf(uintptr_t root_index) const {
     return reinterpret_cast<SlotMeta**>(__atomic_load_n(&root_[root_index], __ATOMIC_ACQUIRE) +
-                                        reinterpret_cast<uintptr_t>(g_empty_leaf));
+                                        reinterpret_cast<uintptr_t>(empty_leaf_));
   }
   Span** unit_leaf(uintptr_t root_index) const {
     return reinterpret_cast<Span**>(__atomic_load_n(&unit_root_[root_index], __ATOMIC_ACQUIRE) +
-                                    reinterpret_cast<uintptr_t>(g_empty_unit_leaf));
+                                    reinterpret_cast<uintptr_t>(empty_unit_leaf_));
   }
 };
 

@@ -55,7 +55,10 @@ struct alignas(64) Span {
   char* start;
   size_t bytes;         // units * 64 KiB, or slots * 2 MiB
   Heap* heap;           // owner (small spans), nullptr otherwise
-  uint64_t div_magic;   // 2^64 / obj_size rounded up: index and divisibility (frontend/checks.h, block_pos)
+  // 2^64 / obj_size rounded up: index and divisibility (frontend/checks.h,
+  // block_pos).  0 in large and huge spans (records come zero-filled; only
+  // span_new sets it): lm_free tells them apart by it, not by `kind`.
+  uint64_t div_magic;
   uint32_t obj_size;    // bytes per object (the usable size)
   // Objects from this index on take free()'s failure path, which tests them
   // precisely: `reserved`, or the first dormant object's index while the

@@ -144,11 +144,15 @@ LM_INLINE void bin_set_top(Bin& bin, Block** top) {
 LM_INLINE bool bin_ready(const Bin& bin) { return bin.top > bin_base(bin); }
 
 // Pops the top of bin's allocation stack, which is ready (the malloc fast
-// path).  With checks, clears the object's tag.
+// path).  With checks, clears the object's tag.  The new top is stored
+// before the entry is read: GCC then reads the entry straight into the
+// return register (read first, it goes elsewhere and costs a move).  (The
+// collector never takes the entry a pop reads, whichever order: see
+// bins_take_begin.)
 LM_INLINE Block* bin_pop(Bin& bin) {
   Block** t = bin.top - 1;
-  Block* b = *t;
   bin_set_top(bin, t);
+  Block* b = *t;
   if constexpr (kChecks) tag_word(b) = 0;
   return b;
 }

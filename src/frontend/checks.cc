@@ -35,7 +35,7 @@ void check_above_limit(const char* fn, const Span* s, size_t i, void* p) {
 // check_limit (lowered while the span has dormant objects), completes the
 // free as lm_free would have.
 LM_FAILURE_PATH
-void free_failed(Span* s, void* p) {
+void free_failed(void* p, Span* s) {
   check_live("free", s, object_index("free", s, p), p);
   set_free_tag(p);  // tagged before cached
   bin_push(s, p);

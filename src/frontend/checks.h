@@ -140,7 +140,7 @@ inline void check_live(const char* fn, const Span* s, size_t i, void* p) {
 // say what was wrong and abort.  free_failed tests precisely and completes
 // the free of a live object that lies at or above check_limit (a span with
 // purged pages).
-LM_FAILURE_PATH void free_failed(Span* s, void* p);
+LM_FAILURE_PATH void free_failed(void* p, Span* s);
 LM_FAILURE_PATH Span* unknown_pointer(const char* fn, const void* p);
 LM_FAILURE_PATH void free_unknown(const void* p);
 

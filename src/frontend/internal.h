@@ -230,7 +230,7 @@ void* alloc_large(size_t size, size_t align, bool* zero, bool growing = false);
 // once h is let go.
 void large_cache_drain(Heap* h);
 void release_to_backend(Span* s, bool contents_gone = false);
-LM_NOINLINE void free_generic(Span* s, void* p);
+LM_NOINLINE void free_generic(void* p, Span* s);
 bool move_huge(Span* s, void* q);
 bool large_resize(Span* s, size_t size);
 

@@ -136,7 +136,7 @@ void release_to_backend(Span* s, bool contents_gone) {
 }
 
 // free() of a large or huge block.
-LM_NOINLINE void free_generic(Span* s, void* p) {
+LM_NOINLINE void free_generic(void* p, Span* s) {
   if (s->discard) lm_invalid_pointer("free", p, "discardable memory (use lazymalloc_discardable_free)");
   if (p != block_start(s)) lm_invalid_pointer("free", p, "points inside a block");
   if (s->cached) lm_invalid_pointer("free", p, "double free (the block is already free)");

@@ -72,28 +72,33 @@ void* lm_malloc(size_t size) {
   return malloc_generic(size, 0, nullptr);
 }
 
+// The tail calls off this path take p first: it stays in the register it
+// arrived in, and the span goes to the second (as (s, p) they cost a move of
+// p on the hit path; bin_overflow's swap is on its own, cold, path).
 void lm_free(void* p) {
   // With checks, the object's line, which they read and write, is fetched
   // while the page map is walked (a prefetch never faults).
   if constexpr (kChecks) __builtin_prefetch(p, 1);
   Span* s = g.backend.span_of(p);  // nullptr for nullptr (no test on the fast path)
   if (LM_UNLIKELY(!s)) return free_unknown(p);
-  if (LM_LIKELY(s->kind == SpanKind::kSmall)) {
-    ObjectPos pos = block_pos(s, p);
-    if (LM_UNLIKELY(!pos.start)) return free_failed(s, p);
-    if constexpr (kChecks) {
-      // A carved object that does not carry its tag (separate branches:
-      // cheaper than combining the tests).
-      // check_limit: carved, and not in a purged page (span_purge.cc).
-      if (LM_UNLIKELY(pos.index >= __atomic_load_n(&s->check_limit, __ATOMIC_RELAXED))) return free_failed(s, p);
-      uintptr_t tag = free_tag(p);
-      if (LM_UNLIKELY(tag_word(p) == tag)) return free_failed(s, p);
-      tag_word(p) = tag;
-      std::atomic_signal_fence(std::memory_order_seq_cst);  // tagged before cached
-    }
-    return bin_push(s, p);
+  // The kind is tested only off the hit path: a large or huge span has
+  // div_magic 0 (span.h), so no pointer is an object's start in it.
+  ObjectPos pos = block_pos(s, p);
+  if (LM_UNLIKELY(!pos.start)) {
+    if (s->kind != SpanKind::kSmall) return free_generic(p, s);
+    return free_failed(p, s);
   }
-  free_generic(s, p);
+  if constexpr (kChecks) {
+    // A carved object that does not carry its tag (separate branches:
+    // cheaper than combining the tests).
+    // check_limit: carved, and not in a purged page (span_purge.cc).
+    if (LM_UNLIKELY(pos.index >= __atomic_load_n(&s->check_limit, __ATOMIC_RELAXED))) return free_failed(p, s);
+    uintptr_t tag = free_tag(p);
+    if (LM_UNLIKELY(tag_word(p) == tag)) return free_failed(p, s);
+    tag_word(p) = tag;
+    std::atomic_signal_fence(std::memory_order_seq_cst);  // tagged before cached
+  }
+  bin_push(s, p);
 }
 
 void* lm_aligned(size_t size, size_t align) {

@@ -432,7 +432,7 @@ TEST(FaultFrontend, GuardPageThatCannotBeProtectedIsLeftOut) {
   EXPECT_EQ(fake.protect_fault.failures, 1u);
   EXPECT_EQ(s->guard, 0u);
   memset(p, 1, kSize);
-  detail::free_generic(s, p);
+  detail::free_generic(p, s);
   EXPECT_EQ(fake.protects, 0u);
   void* q = detail::alloc_large(kSize, 16, nullptr);
   ASSERT_NE(q, nullptr);
@@ -442,7 +442,7 @@ TEST(FaultFrontend, GuardPageThatCannotBeProtectedIsLeftOut) {
   EXPECT_EQ(fake.protects, 1u);
   EXPECT_LE(static_cast<char*>(q) + kSize, t->start + t->bytes - kOsPageSize);
   memset(q, 1, kSize);
-  detail::free_generic(t, q);
+  detail::free_generic(q, t);
   EXPECT_EQ(fake.protects, 2u);  // unprotected before the span went back
   detail::g_secure = secure;
   EXPECT_EQ(lm_check_invariants(), nullptr);
