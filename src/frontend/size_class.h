@@ -47,13 +47,30 @@ inline unsigned class_for_aligned(size_t size, size_t align) {
   return p <= kMaxSmall ? size_class(p) : kSmallClasses;
 }
 
-// Units (64 KiB) in a span of class `c`: at least 8 objects and at most 1/8
-// of the span lost to the tail, within one slot.
+// Objects in a span of class `c`: 8, or for the classes above 16 KiB as
+// many as fit in kSpanBigBytes, at least one.  A span is one of the
+// backend's unit runs, and a slot (2 MiB) is one transparent hugepage once
+// the heap is past hugepage_threshold: a slot any part of which is touched
+// is resident whole.  Spans of 8 big objects (up to 2 MiB for 256 KiB) leave
+// holes in the slots that other spans do not fit in, as they come and go;
+// measured on `lazybench run mixed` (1% of its objects are 32-256 KiB):
+// peak RSS 50-61 MiB with 8-object spans, 37 MiB with spans of at most
+// 512 KiB, 33 MiB at 256 KiB and 31-35 MiB at 128 KiB, each faster than
+// the one before (docs/benchmarks.md, "Big-class spans").
+inline constexpr unsigned kSpanObjects = 8;
+inline constexpr size_t kSpanBigBytes = size_t(128) << 10;
+constexpr unsigned span_objects(unsigned c) {
+  size_t n = kSpanBigBytes / class_size(c);
+  return n >= kSpanObjects ? kSpanObjects : n < 1 ? 1 : unsigned(n);
+}
+
+// Units (64 KiB) in a span of class `c`: at least span_objects(c) objects
+// and at most 1/8 of the span lost to the tail, within one slot.
 constexpr unsigned span_units(unsigned c) {
   size_t size = class_size(c);
   for (unsigned n = 1; n <= kUnitsPerSlot; ++n) {
     size_t bytes = size_t(n) * kUnitSize;
-    if (bytes / size < 8) continue;
+    if (bytes / size < span_objects(c)) continue;
     if ((bytes % size) * 8 <= bytes) return n;
   }
   return kUnitsPerSlot;
@@ -77,6 +94,7 @@ inline ObjectPos object_pos(uint64_t offset, uint64_t magic) {
 }
 
 static_assert(class_size(kSmallClasses - 1) == kMaxSmall);
+static_assert(span_units(kSmallClasses - 1) == 4);  // one 256 KiB object
 static_assert(class_size(7) == 128 && class_size(8) == 160 && class_size(11) == 256);
 
 }  // namespace lazymalloc

@@ -120,13 +120,15 @@ bool span_empty(const Span* s) {
 }
 
 // Moves class c's head reference to its current span.  The current span of
-// a class, if it is one unit, counts one phantom object in `used`, so that
-// a bin flush that returns its last object does not look like the span
-// emptying (a bin oscillating at its bound would otherwise hand its span
-// back and forth): an empty span goes back to the backend only once it is
-// no longer current, which is when the reference leaves it.  A multi-unit
-// span holds no reference and goes back as soon as it empties, so a quiet
-// thread holds at most 64 KiB per class in empty spans.
+// a class counts one phantom object in `used`, so that a bin flush that
+// returns its last object, or the free of the one object of a big class's
+// span, does not look like the span emptying (a bin oscillating at its
+// bound, or a malloc/free of one big object, would otherwise hand its span
+// back and forth through the backend's lock): an empty span goes back to the
+// backend only once it is no longer current, which is when the reference
+// leaves it.  Spans are at most 5 units (span_units), so a quiet thread
+// holds at most that per class in empty spans, until the collector takes
+// them.
 void move_head_ref(Heap* h, unsigned c, Span* to) {
   Span* from = h->head_ref[c];
   if (from == to) return;
@@ -141,7 +143,7 @@ void move_head_ref(Heap* h, unsigned c, Span* to) {
 // After class c's queue changed: moves the head reference.
 void queue_changed(Heap* h, unsigned c) {
   Span* head = h->queue[c].head;
-  move_head_ref(h, c, head && head->bytes <= kUnitSize ? head : nullptr);
+  move_head_ref(h, c, head);
 }
 
 // Sets the xfree state bits from `from` to `to`, keeping the list.

@@ -1,6 +1,8 @@
 // Size classes, bit helpers, options and statistics tables.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <cstring>
 #include <sstream>
 #include <string>
@@ -42,11 +44,15 @@ TEST(SizeClass, AlignedClassesAreMultiplesOfTheAlignment) {
   }
 }
 
-TEST(SizeClass, SpansHoldAtLeastEightObjectsWithLittleTail) {
+// At least 8 objects up to 16 KiB, 128 KiB's worth above (at least one
+// object), with little tail; no span of a big class beyond 5 units.
+TEST(SizeClass, SpansHoldEightObjectsOr128KiBWithLittleTail) {
   for (unsigned c = 0; c < kSmallClasses; ++c) {
     size_t bytes = span_units(c) * kUnitSize;
-    EXPECT_GE(bytes / class_size(c), 8u) << c;
-    EXPECT_LE((bytes % class_size(c)) * 8, bytes) << c;
+    const size_t size = class_size(c);
+    EXPECT_GE(bytes / size, size <= 16384 ? 8u : std::max<size_t>(1, (128 << 10) / size)) << c;
+    EXPECT_LE((bytes % size) * 8, bytes) << c;
+    EXPECT_LE(span_units(c), size <= 8192 ? 1u : 5u) << c;
   }
 }
 
