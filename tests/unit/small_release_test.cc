@@ -322,6 +322,17 @@ TEST(SmallReleaseFaults, NoProcessBarrierNoCollection) {
   lm_set_platform(&pal::linux_platform());
 }
 
+// Nothing was taken from the quiet worker's allocation stack: it finds its
+// stack as it left it, every object once and intact.
+void expect_nothing_taken(QuietAllocator& worker, uint64_t bytes0) {
+  EXPECT_EQ(stat("idle_cache_bytes"), bytes0);
+  worker.finish();
+  EXPECT_EQ(worker.in_alloc_after, worker.in_alloc);
+  EXPECT_EQ(worker.handed_out_twice, 0u);
+  EXPECT_EQ(worker.overwritten, 0u);
+  EXPECT_EQ(lm_check_invariants(), nullptr);
+}
+
 // Where threads fence themselves (no process barrier at start-up:
 // g_heap_fence), their fast paths do not: the collector takes free stacks
 // only, and the allocation stack stays whole.
@@ -338,12 +349,7 @@ TEST(SmallReleaseFaults, WithoutTheProcessBarrierAllocationStacksStay) {
   lm_collect_idle_heaps(t0, idle);
   lm_collect_idle_heaps(t0 + idle, idle);
   detail::g_heap_fence = fence;
-  EXPECT_EQ(stat("idle_cache_bytes"), bytes0);
-  worker.finish();
-  EXPECT_EQ(worker.in_alloc_after, worker.in_alloc);
-  EXPECT_EQ(worker.handed_out_twice, 0u);
-  EXPECT_EQ(worker.overwritten, 0u);
-  EXPECT_EQ(lm_check_invariants(), nullptr);
+  expect_nothing_taken(worker, bytes0);
 }
 
 // The barrier that claims the heaps works and the one of the take fails:
@@ -365,12 +371,7 @@ TEST(SmallReleaseFaults, ATakesFailedBarrierPutsTheBasesBack) {
   lm_set_platform(&pal::linux_platform());
   EXPECT_EQ(fake.barrier_fault.failures, 1u);
   EXPECT_GE(stat("idle_heap_collections"), 1u);
-  EXPECT_EQ(stat("idle_cache_bytes"), bytes0);
-  worker.finish();
-  EXPECT_EQ(worker.in_alloc_after, worker.in_alloc);
-  EXPECT_EQ(worker.handed_out_twice, 0u);
-  EXPECT_EQ(worker.overwritten, 0u);
-  EXPECT_EQ(lm_check_invariants(), nullptr);
+  expect_nothing_taken(worker, bytes0);
 }
 
 // Threads that allocate, hand objects to each other, check their contents
