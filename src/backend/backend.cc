@@ -201,42 +201,26 @@ bool Backend::admit(size_t more) {
     stats_->add(Stat::limit_failures, 1);
     return false;
   }
-  if (LM_UNLIKELY(hugepages_ && !huge_arenas_) && active >= uint64_t(option(Opt::hugepage_threshold)) &&
-      hugepages_pay()) {
-    advise_arenas_huge();
-  }
+  if (LM_UNLIKELY(hugepages_ && !huge_arenas_) && hugepages_pay(active)) advise_arenas_huge();
   return true;
 }
 
-// Hugepage advice.  A small heap stays on 4 KiB pages: a hugepage would
-// make its first touch of a slot fault in 2 MiB.  Once active bytes reach
-// Opt::hugepage_threshold every arena, present and future, is advised
-// MADV_HUGEPAGE as a whole (one call per arena: no mapping is split), and
-// slots not yet touched fault in hugepages from then on.  A huge block's
-// slots are advised when it is allocated whatever the heap's size (it is
-// one block, touched whole or nearly).
-//
-// A heap that shrinks leaves live data scattered over slots whose free
-// units and pages were purged.  While the arenas stay advised, khugepaged
-// (max_ptes_none 511 by default) collapses every such slot back into a
-// whole 2 MiB hugepage, filling the purged holes with zeroes: an idle
-// process with 8 MiB live over 128 slots was seen to grow back to 30 MiB
-// ten seconds after its purges, with none of its threads running.  So the
-// advice lasts only while hugepages pay: while the bytes the unit slots
-// really hold (active, less huge blocks and the pages purged inside spans)
-// fill at least a quarter of those slots.  Below that, after a purge, the
-// arenas are advised MADV_NOHUGEPAGE (huge blocks' own slots keep theirs);
-// the advice comes back, as at first, when the heap reaches the threshold
-// again and fills at least half of its unit slots.  The two fractions make
-// a band, so a heap near one of them does not switch back and forth.
-bool Backend::hugepages_pay() const {
-  uint64_t active = pages_.active.get();
+// Hugepage advice: every arena, present and future, as a whole (one call
+// per arena: no mapping is split) while the policy says hugepages pay
+// (SlotPolicy::hugepages_pay, purge/policy.h: from a threshold of active
+// bytes, and while the unit slots are dense enough that khugepaged would
+// not fill purged holes back in); withdrawn after a purge when they no
+// longer do.  A huge block's slots are advised when it is allocated
+// whatever the heap's size (it is one block, touched whole or nearly).
+// The facts: active bytes (with `active`, those about to be), and of them
+// what the unit slots really hold (less huge blocks and the pages purged
+// inside spans) against the unit slots' size.
+bool Backend::hugepages_pay(uint64_t active) const {
   uint64_t huge = pages_.huge.get();
   uint64_t in_units = active > huge ? active - huge : 0;
   uint64_t purged = pages_.span_purged.get();
   uint64_t held = in_units > purged ? in_units - purged : 0;
-  uint64_t span = uint64_t(unit_slots_) * kSlotSize;
-  return huge_arenas_ ? held * 4 >= span : held * 2 >= span;
+  return policy_->hugepages_pay(huge_arenas_, active, held, uint64_t(unit_slots_) * kSlotSize);
 }
 
 void Backend::advise_arenas_huge() {
@@ -270,7 +254,7 @@ void Backend::withdraw_arenas_huge() {
 }
 
 void Backend::review_hugepages_locked() {
-  if (huge_arenas_ && !hugepages_pay()) withdraw_arenas_huge();
+  if (huge_arenas_ && !hugepages_pay(pages_.active.get())) withdraw_arenas_huge();
 }
 
 void Backend::review_hugepages() {

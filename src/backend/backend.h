@@ -171,6 +171,11 @@ class SlotPolicy {
   // Whether a freed huge block of `bytes` starting at slot `first` stays
   // RETAINED while `retained` bytes are, given the purger's budget.
   virtual bool keep_huge(const SlotMeta& first, uint64_t bytes, uint64_t retained, uint64_t retain_budget) const = 0;
+  // Whether the arenas should carry hugepage advice (`advised`: they do
+  // now): `active` bytes handed out, of which `held` are resident in unit
+  // slots (not huge blocks, not pages purged inside spans) that span
+  // `unit_slot_bytes`.
+  virtual bool hugepages_pay(bool advised, uint64_t active, uint64_t held, uint64_t unit_slot_bytes) const = 0;
 
  protected:
   ~SlotPolicy() = default;
@@ -349,7 +354,7 @@ class Backend {
   bool admit(size_t more_active_bytes);
   void advise_arenas_huge();
   void withdraw_arenas_huge();
-  bool hugepages_pay() const;
+  bool hugepages_pay(uint64_t active) const;
   void review_hugepages_locked();
   void advise_slots_huge(SlotMeta* first, size_t nslots);
   void note_activity(uint64_t now);  // sets now_ and last_activity_ns_

@@ -35,6 +35,11 @@ bool keep_huge(uint8_t shift, uint64_t retained, uint64_t bytes, uint64_t retain
   return retain_budget && retained + bytes <= budget;
 }
 
+bool hugepages_pay(bool advised, uint64_t active, uint64_t held, uint64_t unit_slot_bytes, uint64_t threshold) {
+  if (advised) return held * 4 >= unit_slot_bytes;
+  return active >= threshold && held * 2 >= unit_slot_bytes;
+}
+
 }  // namespace release_policy
 
 uint8_t ReleasePolicy::reuse_shift(const SlotMeta& m, uint64_t now, bool* premature) const {
@@ -55,6 +60,11 @@ uint64_t ReleasePolicy::due_ns(const SlotMeta& m, uint64_t stamp, uint64_t base_
 bool ReleasePolicy::keep_huge(const SlotMeta& first, uint64_t bytes, uint64_t retained,
                               uint64_t retain_budget) const {
   return release_policy::keep_huge(first.decay_shift, retained, bytes, retain_budget);
+}
+
+bool ReleasePolicy::hugepages_pay(bool advised, uint64_t active, uint64_t held, uint64_t unit_slot_bytes) const {
+  return release_policy::hugepages_pay(advised, active, held, unit_slot_bytes,
+                                       uint64_t(option(Opt::hugepage_threshold)));
 }
 
 namespace {

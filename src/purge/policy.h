@@ -52,6 +52,19 @@ uint64_t due_ns(uint8_t shift, uint64_t stamp, uint64_t base_ns, bool hysteresis
 // its last release earns a larger budget); a pinned range is kept unless the
 // budget is 0 (pressure, limits, the eager policy).
 bool keep_huge(uint8_t shift, uint64_t retained, uint64_t bytes, uint64_t retain_budget);
+// Whether the arenas should be advised MADV_HUGEPAGE.  A small heap stays on
+// 4 KiB pages (a hugepage makes the first touch of a slot fault in 2 MiB):
+// the advice starts when `active` bytes reach `threshold`.  A heap that
+// shrinks leaves live data scattered over slots whose free units and pages
+// were purged, and while the arenas stay advised khugepaged (max_ptes_none
+// 511 by default) collapses each such slot back into a whole 2 MiB page,
+// filling the purged holes with zeroes (an idle process with 8 MiB live
+// over 128 slots grew back to 30 MiB ten seconds after its purges).  So
+// the advice lasts while what the unit slots really hold (`held`) fills at
+// least a quarter of them (`unit_slot_bytes`), and starts again only at
+// the threshold with at least half: the band between keeps a heap near
+// one edge from switching back and forth.
+bool hugepages_pay(bool advised, uint64_t active, uint64_t held, uint64_t unit_slot_bytes, uint64_t threshold);
 
 }  // namespace release_policy
 
@@ -64,6 +77,7 @@ class ReleasePolicy final : public SlotPolicy {
   uint64_t wait_ns(const SlotMeta& m, uint64_t base_ns, const PurgeSelect& sel) const override;
   uint64_t due_ns(const SlotMeta& m, uint64_t stamp, uint64_t base_ns, const PurgeSelect& sel) const override;
   bool keep_huge(const SlotMeta& first, uint64_t bytes, uint64_t retained, uint64_t retain_budget) const override;
+  bool hugepages_pay(bool advised, uint64_t active, uint64_t held, uint64_t unit_slot_bytes) const override;
 };
 
 // The process's one ReleasePolicy.

@@ -12,6 +12,7 @@ namespace {
 
 namespace rp = release_policy;
 constexpr uint64_t kSec = 1000000000;
+constexpr uint64_t kMiB = 1 << 20;
 
 TEST(ReleasePolicyTest, ReuseSoonAfterAPurgeDoublesTheDecayUpToTheCap) {
   // Purged at 10 s with a 1 s decay, reused 0.5 s later: too early.
@@ -72,7 +73,6 @@ TEST(ReleasePolicyTest, DeadlineIsLengthenedUntilTheProcessTurnsIdle) {
 }
 
 TEST(ReleasePolicyTest, HugeBlockIsKeptWithinTheBudgetShiftedByItsHysteresis) {
-  constexpr uint64_t kMiB = 1 << 20;
   // Budget 64 MiB: 60 MiB retained plus a 4 MiB block fits, 8 MiB does not.
   EXPECT_TRUE(rp::keep_huge(0, 60 * kMiB, 4 * kMiB, 64 * kMiB));
   EXPECT_FALSE(rp::keep_huge(0, 60 * kMiB, 8 * kMiB, 64 * kMiB));
@@ -85,6 +85,22 @@ TEST(ReleasePolicyTest, HugeBlockIsKeptWithinTheBudgetShiftedByItsHysteresis) {
   EXPECT_FALSE(rp::keep_huge(0, 0, kMiB, 0));
   // A budget that would overflow when shifted is unlimited.
   EXPECT_TRUE(rp::keep_huge(2, ~uint64_t(0) / 2, kMiB, ~uint64_t(0) / 2));
+}
+
+// Hugepage advice starts at the threshold with the unit slots at least half
+// full, lasts while they are at least a quarter full, and the band between
+// keeps the current state either way.
+TEST(ReleasePolicyTest, HugepagesPayFromTheThresholdWhileTheSlotsAreDense) {
+  const uint64_t threshold = 4 * kMiB, slots = 16 * kMiB;
+  EXPECT_FALSE(rp::hugepages_pay(false, 3 * kMiB, 3 * kMiB, 4 * kMiB, threshold));  // small heap
+  EXPECT_TRUE(rp::hugepages_pay(false, 8 * kMiB, 8 * kMiB, slots, threshold));     // half full
+  EXPECT_FALSE(rp::hugepages_pay(false, 8 * kMiB, 8 * kMiB - 1, slots, threshold));
+  EXPECT_FALSE(rp::hugepages_pay(false, 64 * kMiB, 6 * kMiB, slots, threshold));   // in the band: off stays off
+  EXPECT_TRUE(rp::hugepages_pay(true, 64 * kMiB, 6 * kMiB, slots, threshold));     // in the band: on stays on
+  EXPECT_TRUE(rp::hugepages_pay(true, 64 * kMiB, 4 * kMiB, slots, threshold));     // a quarter
+  EXPECT_FALSE(rp::hugepages_pay(true, 64 * kMiB, 4 * kMiB - 1, slots, threshold));
+  EXPECT_TRUE(rp::hugepages_pay(true, kMiB, kMiB, 2 * kMiB, threshold));  // below the threshold, dense: kept
+  EXPECT_TRUE(rp::hugepages_pay(true, 0, 0, 0, threshold));              // nothing in unit slots
 }
 
 }  // namespace
