@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <iostream>
 #include <map>
@@ -91,8 +92,8 @@ int idle_command(const IdleOptions& opt) {
         failed = true;
         continue;
       }
-      // (A difference of rusage times can come out as -0.0000.)
-      for (const auto& [key, v] : *values) runs[k][key].push_back(key == "cpu_ms_per_s" && v < 0 ? 0.0 : v);
+      // (A difference of rusage times can come out as -0.0000 or -0.)
+      for (const auto& [key, v] : *values) runs[k][key].push_back(key == "cpu_ms_per_s" ? std::max(0.0, v) : v);
     }
   }
 

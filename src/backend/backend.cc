@@ -212,14 +212,16 @@ bool Backend::admit(size_t more) {
 // not fill purged holes back in); withdrawn after a purge when they no
 // longer do.  A huge block's slots are advised when it is allocated
 // whatever the heap's size (it is one block, touched whole or nearly).
-// The facts: active bytes (with `active`, those about to be), and of them
-// what the unit slots really hold (less huge blocks and the pages purged
-// inside spans) against the unit slots' size.
+// The facts: active bytes (with `active`, those about to be), and what the
+// unit slots really hold, resident and not purged (active less huge blocks
+// and the pages purged inside spans, plus the RETAINED free units: a
+// purge's holes are what khugepaged fills, memory freed and kept is not),
+// against the unit slots' size.
 bool Backend::hugepages_pay(uint64_t active) const {
   uint64_t huge = pages_.huge.get();
   uint64_t in_units = active > huge ? active - huge : 0;
   uint64_t purged = pages_.span_purged.get();
-  uint64_t held = in_units > purged ? in_units - purged : 0;
+  uint64_t held = (in_units > purged ? in_units - purged : 0) + pages_.retained.get();
   return policy_->hugepages_pay(huge_arenas_, active, held, uint64_t(unit_slots_) * kSlotSize);
 }
 

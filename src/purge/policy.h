@@ -60,7 +60,8 @@ bool keep_huge(uint8_t shift, uint64_t retained, uint64_t bytes, uint64_t retain
 // 511 by default) collapses each such slot back into a whole 2 MiB page,
 // filling the purged holes with zeroes (an idle process with 8 MiB live
 // over 128 slots grew back to 30 MiB ten seconds after its purges).  So
-// the advice lasts while what the unit slots really hold (`held`) fills at
+// the advice lasts while what the unit slots really hold, resident and not
+// purged (`held`: live data and RETAINED free memory), fills at
 // least a quarter of them (`unit_slot_bytes`), and starts again only at
 // the threshold with at least half: the band between keeps a heap near
 // one edge from switching back and forth.
