@@ -195,6 +195,19 @@ bool apply_alloc_env(std::vector<AllocatorSpec>& allocators, const std::vector<s
   return true;
 }
 
+std::optional<std::vector<AllocatorSpec>> allocators_to_run(const std::string& list, const std::string& lib,
+                                                            const std::vector<std::string>& alloc_env,
+                                                            const char* who, std::vector<std::string>* skipped) {
+  const auto names = list.empty() ? default_allocator_names() : split_list(list);
+  auto resolved = resolve_allocators(names, lib, who, skipped);
+  if (!resolved || !apply_alloc_env(*resolved, names, alloc_env, who)) return std::nullopt;
+  if (resolved->empty()) {
+    std::cerr << who << ": nothing to run\n";
+    return std::nullopt;
+  }
+  return resolved;
+}
+
 int compare_command(const CompareOptions& opt) {
   if (opt.reps < 1) {
     std::cerr << "lazybench compare: --reps must be >= 1\n";
@@ -254,13 +267,11 @@ int compare_command(const CompareOptions& opt) {
   }
 
   // Allocators.
-  const auto names = opt.allocators.empty() ? default_allocator_names() : split_list(opt.allocators);
   std::vector<std::string> skipped;
-  auto resolved = resolve_allocators(names, opt.lib, "lazybench compare", &skipped);
+  auto resolved = allocators_to_run(opt.allocators, opt.lib, opt.alloc_env, "lazybench compare", &skipped);
   if (!resolved) return 2;
   std::vector<AllocatorSpec> allocators = std::move(*resolved);
-  if (!apply_alloc_env(allocators, names, opt.alloc_env, "lazybench compare")) return 2;
-  if (allocators.empty() || workloads.empty()) {
+  if (workloads.empty()) {
     std::cerr << "lazybench compare: nothing to run\n";
     return 2;
   }

@@ -44,6 +44,14 @@ std::optional<std::vector<AllocatorSpec>> resolve_allocators(const std::vector<s
                                                              const std::string& lib, const char* who,
                                                              std::vector<std::string>* skipped);
 
+// The allocators a command runs: `list` (comma list; empty: the default
+// list) resolved as by resolve_allocators, with `alloc_env` applied (as by
+// apply_alloc_env).  nullopt, with the error on stderr as `who`'s, for an
+// unknown name, a bad environment item, or nothing left to run.
+std::optional<std::vector<AllocatorSpec>> allocators_to_run(const std::string& list, const std::string& lib,
+                                                            const std::vector<std::string>& alloc_env,
+                                                            const char* who, std::vector<std::string>* skipped);
+
 // "NAME (PRELOAD, VAR=VALUE...), ...": the allocators of a report's header.
 std::string describe_allocators(const std::vector<AllocatorSpec>& allocators);
 

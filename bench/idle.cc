@@ -55,15 +55,10 @@ int idle_command(const IdleOptions& opt) {
     std::cerr << "lazybench idle: cannot run " << probe << " (build the idle-probe target, or give --probe)\n";
     return 2;
   }
-  const auto names = opt.allocators.empty() ? default_allocator_names() : split_list(opt.allocators);
   std::vector<std::string> skipped;
-  auto resolved = resolve_allocators(names, opt.lib, "lazybench idle", &skipped);
+  auto resolved = allocators_to_run(opt.allocators, opt.lib, {}, "lazybench idle", &skipped);
   if (!resolved) return 2;
   const std::vector<AllocatorSpec> allocators = std::move(*resolved);
-  if (allocators.empty()) {
-    std::cerr << "lazybench idle: nothing to run\n";
-    return 2;
-  }
   const std::vector<std::string> argv = {probe,
                                          std::to_string(opt.churn_mib),
                                          std::to_string(opt.size),

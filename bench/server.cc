@@ -420,16 +420,10 @@ int server_command(const ServerOptions& opt) {
     }
   }
 
-  const auto names = opt.allocators.empty() ? default_allocator_names() : split_list(opt.allocators);
   std::vector<std::string> skipped;
-  auto resolved = resolve_allocators(names, opt.lib, who, &skipped);
+  auto resolved = allocators_to_run(opt.allocators, opt.lib, opt.alloc_env, who, &skipped);
   if (!resolved) return 2;
   std::vector<AllocatorSpec> allocators = std::move(*resolved);
-  if (!apply_alloc_env(allocators, names, opt.alloc_env, who)) return 2;
-  if (allocators.empty()) {
-    std::cerr << who << ": nothing to run\n";
-    return 2;
-  }
   // Debian's redis-server links libjemalloc, which comes before libc in its
   // search order: without a preload it runs on jemalloc.  Preloading libc
   // itself puts glibc's malloc first.

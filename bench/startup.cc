@@ -164,15 +164,10 @@ int startup_command(const StartupOptions& opt) {
     std::cerr << "lazybench startup: cannot run " << opt.program << '\n';
     return 2;
   }
-  const auto names = opt.allocators.empty() ? default_allocator_names() : split_list(opt.allocators);
   std::vector<std::string> skipped;
-  auto resolved = resolve_allocators(names, opt.lib, "lazybench startup", &skipped);
+  auto resolved = allocators_to_run(opt.allocators, opt.lib, {}, "lazybench startup", &skipped);
   if (!resolved) return 2;
   std::vector<AllocatorSpec> allocators = std::move(*resolved);
-  if (allocators.empty()) {
-    std::cerr << "lazybench startup: nothing to run\n";
-    return 2;
-  }
   std::vector<std::unique_ptr<ChildArgs>> args;
   for (const auto& a : allocators)
     args.push_back(std::make_unique<ChildArgs>(opt.program, child_environment(child_env(a.preload, a.env))));
