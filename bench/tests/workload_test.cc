@@ -44,6 +44,23 @@ std::string slurp(const std::filesystem::path& p) {
   return ss.str();
 }
 
+// The allocators the harness tests run: lazymalloc when built, and glibc.
+std::vector<std::string> tool_allocators() {
+  return g_lib.empty() ? std::vector<std::string>{"glibc"} : std::vector<std::string>{"lazymalloc", "glibc"};
+}
+
+// argv with --allocators (tool_allocators) and --lib when built.
+std::vector<std::string> tool_argv(std::vector<std::string> argv) {
+  const auto a = tool_allocators();
+  argv.push_back("--allocators");
+  argv.push_back(a.size() == 1 ? a[0] : a[0] + "," + a[1]);
+  if (!g_lib.empty()) {
+    argv.push_back("--lib");
+    argv.push_back(g_lib);
+  }
+  return argv;
+}
+
 TEST(Workload, RunsQuicklyAndReportsItsMetric) {
   ASSERT_FALSE(g_workload.empty()) << "no --workload given";
   auto opts = test::options();  // a hang fails (killed), not a slow machine
@@ -330,17 +347,10 @@ TEST(Server, QuickRunReportsEveryAllocatorAndCommand) {
   ASSERT_FALSE(g_server_out.empty()) << "no --server-out given";
   namespace fs = std::filesystem;
   fs::remove_all(g_server_out);
-  std::vector<std::string> allocators = {"glibc"};
-  if (!g_lib.empty()) allocators.insert(allocators.begin(), "lazymalloc");
-  std::vector<std::string> argv = {g_lazybench, "server", "--quick", "--reps", "2", "--allocators",
-                                   g_lib.empty() ? "glibc" : "lazymalloc,glibc", "--out", g_server_out};
-  if (!g_lib.empty()) {
-    argv.push_back("--lib");
-    argv.push_back(g_lib);
-  }
+  const std::vector<std::string> allocators = tool_allocators();
   auto opts = test::options();
   opts.timeout_s = 120;
-  const auto r = spawn(argv, opts);
+  const auto r = spawn(tool_argv({g_lazybench, "server", "--quick", "--reps", "2", "--out", g_server_out}), opts);
   ASSERT_EQ(r.exit_code(), 0) << r.describe();
   const std::vector<std::string> commands = {"SET", "GET", "LPUSH", "LPOP"};
   const std::vector<std::string> memory = {"start_rss_mib", "start_held_mib", "loaded_rss_mib", "peak_rss_mib",
@@ -438,21 +448,6 @@ std::map<std::string, std::vector<std::string>> table_rows(const std::string& md
     if (!cells.empty()) rows[cells[0]] = cells;
   }
   return rows;
-}
-
-std::vector<std::string> tool_allocators() {
-  return g_lib.empty() ? std::vector<std::string>{"glibc"} : std::vector<std::string>{"lazymalloc", "glibc"};
-}
-
-std::vector<std::string> tool_argv(std::vector<std::string> argv) {
-  const auto a = tool_allocators();
-  argv.push_back("--allocators");
-  argv.push_back(a.size() == 1 ? a[0] : a[0] + "," + a[1]);
-  if (!g_lib.empty()) {
-    argv.push_back("--lib");
-    argv.push_back(g_lib);
-  }
-  return argv;
 }
 
 // `lazybench startup`: a row per allocator with its peak RSS (a process
