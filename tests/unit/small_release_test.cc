@@ -202,6 +202,16 @@ class QuietAllocator {
     phases_.set(2);
     thread_.join();
   }
+  // Wakes the worker and checks what it found and did: `want_after`
+  // objects in its allocation stack when it woke, none handed out twice,
+  // none overwritten, and the allocator's invariants.
+  void finish_and_expect(size_t want_after) {
+    finish();
+    EXPECT_EQ(in_alloc_after, want_after);
+    EXPECT_EQ(handed_out_twice, 0u);
+    EXPECT_EQ(overwritten, 0u);
+    EXPECT_EQ(lm_check_invariants(), nullptr);
+  }
   size_t object_bytes() const { return class_size(cls_); }
   size_t in_alloc = 0;        // objects in the allocation stack when it blocked
   bool free_empty = false;    // its free stack was empty then
@@ -277,11 +287,7 @@ TEST_P(SmallRelease, AQuietThreadsAllocationStackGoesBackWithoutIt) {
     EXPECT_DEATH(lm_free(worker.bottom), "lazymalloc: free\\(\\): invalid pointer 0x[0-9a-f]+: double free");
   }
 #endif
-  worker.finish();
-  EXPECT_EQ(worker.in_alloc_after, worker.in_alloc > 1 ? 1u : worker.in_alloc);
-  EXPECT_EQ(worker.handed_out_twice, 0u);
-  EXPECT_EQ(worker.overwritten, 0u);
-  EXPECT_EQ(lm_check_invariants(), nullptr);
+  worker.finish_and_expect(worker.in_alloc > 1 ? 1u : worker.in_alloc);
 }
 
 // Without the process barrier (membarrier refused), a collector cannot
@@ -326,11 +332,7 @@ TEST(SmallReleaseFaults, NoProcessBarrierNoCollection) {
 // stack as it left it, every object once and intact.
 void expect_nothing_taken(QuietAllocator& worker, uint64_t bytes0) {
   EXPECT_EQ(stat("idle_cache_bytes"), bytes0);
-  worker.finish();
-  EXPECT_EQ(worker.in_alloc_after, worker.in_alloc);
-  EXPECT_EQ(worker.handed_out_twice, 0u);
-  EXPECT_EQ(worker.overwritten, 0u);
-  EXPECT_EQ(lm_check_invariants(), nullptr);
+  worker.finish_and_expect(worker.in_alloc);
 }
 
 // Where threads fence themselves (no process barrier at start-up:
