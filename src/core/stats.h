@@ -181,6 +181,30 @@ enum class HeapStat : unsigned {
 inline constexpr unsigned kStatCount = unsigned(Stat::kCount);
 inline constexpr unsigned kHeapStatCount = unsigned(HeapStat::kCount);
 
+// Global statistics that each heap counts in its own HeapStats::folded, by
+// the heap's holder with a plain load and store, and that a reader sums
+// with the global value (the global value takes what threads without a heap
+// count).  They change on every large malloc and free: as process-wide
+// atomics, each such call of every thread would write one cache line, which
+// moves between the cores (issue #16).  A gauge's parts may be differences
+// modulo 2^64 (a block allocated by one heap and freed by another): the sum
+// stays exact.
+#define LAZYMALLOC_FOLDED_STATS(X) X(large_blocks) X(large_allocs) X(large_cache_hits) X(large_cache_bytes)
+
+enum class Folded : unsigned {
+#define LM_FOLDED_ENUM(name) name,
+  LAZYMALLOC_FOLDED_STATS(LM_FOLDED_ENUM)
+#undef LM_FOLDED_ENUM
+  kCount
+};
+inline constexpr unsigned kFoldedCount = unsigned(Folded::kCount);
+// The global statistic each folded one adds to.
+inline constexpr Stat kFoldedStat[kFoldedCount] = {
+#define LM_FOLDED_STAT(name) Stat::name,
+    LAZYMALLOC_FOLDED_STATS(LM_FOLDED_STAT)
+#undef LM_FOLDED_STAT
+};
+
 // One set of global statistics (the process has one; tests make their own).
 struct Stats {
   std::atomic<uint64_t> v[kStatCount] = {};
@@ -202,6 +226,13 @@ struct HeapStats {
   }
   // Gauges: n may be a difference modulo 2^64 (the sum stays exact).
   void add(HeapStat s, uint64_t n) { inc(s, n); }
+
+  // The heap's share of the folded global statistics (Folded).
+  std::atomic<uint64_t> folded[kFoldedCount] = {};
+  void fold(Folded f, uint64_t n) {
+    auto& c = folded[unsigned(f)];
+    c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+  }
 };
 
 struct StatInfo {

@@ -86,6 +86,14 @@ inline void heap_count(Heap* h, HeapStat stat, uint64_t n = 1) {
   if (h != &g_empty_heap) h->stats.inc(stat, n);
 }
 
+// Counts a folded global statistic (core/stats.h, Folded) on heap h, or,
+// for a thread without a heap, on the global value.  REQUIRES h's only
+// writer of f: its thread, or whoever holds h for the large cache's.
+inline void large_count(Heap* h, Folded f, uint64_t n) {
+  if (LM_LIKELY(h != &g_empty_heap)) h->stats.fold(f, n);
+  else g.stats.add(kFoldedStat[unsigned(f)], n);
+}
+
 // Large and huge blocks start `lead` bytes into their span (secure mode
 // puts them against the guard page).
 inline char* block_start(const Span* s) { return s->start + s->lead; }

@@ -23,12 +23,14 @@ Span* backend_alloc(size_t size, size_t align, bool growing) {
 
 // The thread's cache of freed large blocks (Heap::large_cache): a free
 // puts the block there, a malloc takes the most recent block that fits it
-// within 1.5x (its tail is idle while it serves), neither takes the
+// within 2x (the request uses at least half of it, as with power-of-two
+// size classes; its tail is idle while it serves), neither takes the
 // backend's lock, which two threads churning large blocks otherwise queue
-// on.  The cache is heap state: the thread holds the heap to use it, so a
-// collector (a quiet thread's, lm_collect_idle_heaps, and thread exit,
-// both through heap_collect) can empty it; blocks it lets go are given
-// back to the backend once the heap is let go (HeapGuard).
+// on, nor writes a process-wide counter (their statistics are folded per
+// heap: large_count).  The cache is heap state: the thread holds the heap
+// to use it, so a collector (a quiet thread's, lm_collect_idle_heaps, and
+// thread exit, both through heap_collect) can empty it; blocks it lets go
+// are given back to the backend once the heap is let go (HeapGuard).
 inline bool large_cacheable(size_t size, size_t align, Heap* h) {
   return size > kMaxSmall && size <= kMaxLarge && align <= kUnitSize && !g_secure && h != &g_empty_heap;
 }
@@ -40,7 +42,7 @@ Span* large_cache_remove(Heap* h, uint32_t i) {
   h->large_cached--;
   h->large_cache_bytes -= s->bytes;
   s->cached = 0;
-  g.stats.sub(Stat::large_cache_bytes, s->bytes);
+  large_count(h, Folded::large_cache_bytes, -s->bytes);
   timeline_cached(-int64_t(s->bytes));
   return s;
 }
@@ -49,8 +51,8 @@ Span* large_cache_take(Heap* h, size_t size) {
   HeapGuard guard(h);
   for (uint32_t i = h->large_cached; i-- > 0;) {
     const Span* s = h->large_cache[i];
-    if (s->bytes < size || 2 * s->bytes > 3 * size) continue;
-    g.stats.add(Stat::large_cache_hits, 1);
+    if (s->bytes < size || s->bytes > 2 * size) continue;
+    large_count(h, Folded::large_cache_hits, 1);
     return large_cache_remove(h, i);
   }
   return nullptr;
@@ -73,7 +75,7 @@ bool large_cache_put(Heap* h, Span* s) {
   s->zero = 0;
   h->large_cache[h->large_cached++] = s;
   h->large_cache_bytes += s->bytes;
-  g.stats.add(Stat::large_cache_bytes, s->bytes);
+  large_count(h, Folded::large_cache_bytes, s->bytes);
   timeline_cached(int64_t(s->bytes));
   return true;
 }
@@ -98,8 +100,8 @@ void* alloc_large(size_t size, size_t align, bool* zero, bool growing) {
   s->lead = 0;
   s->guard = 0;
   if (s->kind == SpanKind::kLarge) {
-    g.stats.add(Stat::large_allocs, 1);
-    g.stats.add(Stat::large_blocks, 1);
+    large_count(tl_heap, Folded::large_allocs, 1);
+    large_count(tl_heap, Folded::large_blocks, 1);
   }
   if (zero) *zero = s->zero;
   if (g_secure) {
@@ -143,7 +145,7 @@ LM_NOINLINE void free_generic(void* p, Span* s) {
   Heap* h = tl_heap;
   heap_count(h, HeapStat::large_frees);
   if (s->kind == SpanKind::kLarge) {
-    g.stats.sub(Stat::large_blocks, 1);
+    large_count(h, Folded::large_blocks, uint64_t(-1));
     if (large_cacheable(s->bytes, 0, h) && !s->guard && large_cache_put(h, s)) return;
   }
   if (s->guard) g_platform->protect(g_platform->ctx, s->start + s->bytes - kOsPageSize, kOsPageSize, true);
@@ -180,7 +182,9 @@ bool large_resize(Span* s, size_t size) {
   if (s->kind == SpanKind::kSmall || size <= kMaxSmall || s->guard) return false;
   SpanKind before = s->kind;
   if (!g.backend.resize(s, size)) return false;
-  if (before == SpanKind::kLarge && s->kind == SpanKind::kHuge) g.stats.sub(Stat::large_blocks, 1);
+  if (before == SpanKind::kLarge && s->kind == SpanKind::kHuge) {
+    large_count(tl_heap, Folded::large_blocks, uint64_t(-1));
+  }
   return true;
 }
 

@@ -156,13 +156,7 @@ void* lm_realloc(void* p, size_t size) {
   if (size <= old && (size >= old / 2 || (s->kind == SpanKind::kSmall && old <= 64))) return p;
   // Large and huge blocks grow and shrink in place where their neighbours
   // allow (large ones stay large, huge ones stay huge).
-  if (s->kind != SpanKind::kSmall && size > kMaxSmall && !s->guard) {
-    SpanKind before = s->kind;
-    if (g.backend.resize(s, size)) {
-      if (before == SpanKind::kLarge && s->kind == SpanKind::kHuge) g.stats.sub(Stat::large_blocks, 1);
-      return p;
-    }
-  }
+  if (large_resize(s, size)) return p;
   if (size > kMaxRequest) {
     pal::set_errno(ENOMEM);
     return nullptr;

@@ -462,6 +462,9 @@ void snapshot(uint64_t* global, uint64_t* heap, uint64_t* heap_cache = nullptr, 
   unsigned n = 0;
   for (Heap* h = g.all_heaps; h; h = h->next_all, ++n) {
     for (unsigned i = 0; i < kHeapStatCount; ++i) heap[i] += h->stats.v[i].load(std::memory_order_relaxed);
+    for (unsigned i = 0; i < kFoldedCount; ++i) {
+      global[unsigned(kFoldedStat[i])] += h->stats.folded[i].load(std::memory_order_relaxed);
+    }
     if (heap_cache && n < kMaxHeapsShown) {
       heap_cache[n] = h->stats.v[unsigned(HeapStat::cache_bytes)].load(std::memory_order_relaxed);
     }
