@@ -70,6 +70,14 @@ inline constexpr uint32_t kLargeCacheSlots = 8;
 
 inline constexpr uint64_t kBackgroundAfterBytes = uint64_t(1) << 20;
 
+// A refill about to take a new span from the backend first looks for
+// parked spans other threads freed into in heaps whose thread has made no
+// slow-path event since the previous look (adopt_spans, spans.cc): at most
+// once per this many of its own slow-path events, over at most
+// kAdoptProbeHeaps heaps.
+inline constexpr uint64_t kAdoptProbeEvents = 16;
+inline constexpr unsigned kAdoptProbeHeaps = 16;
+
 // Exclusion: a heap's spans (queues, the full list, each span's lists and
 // `used`) belong to its thread while it is in a slow path (refills, cache
 // flushes, collection: `busy`), or to a collector that claimed the heap
@@ -116,6 +124,13 @@ struct Heap {
   Span* head_ref[kSmallClasses] = {};  // holds a phantom object (queue_changed)
   Span* full = nullptr;             // spans with no free object (doubly linked)
   std::atomic<Span*> delayed{nullptr};
+  // Span adoption (spans.cc, adopt_spans): this heap's slow_events as the
+  // last thread that looked for spans to adopt saw them (written by any
+  // adopter, under g.collect_lock); and, for this heap's own thread, its
+  // slow_events at its last look (it looks at most every
+  // kAdoptProbeEvents).
+  uint64_t adopt_seen_events = 0;
+  uint64_t adopt_probe_events = 0;
   HeapStats stats;
   Heap* next_all = nullptr;         // every heap ever made
   Heap* next_pool = nullptr;        // heaps without a thread

@@ -79,6 +79,13 @@ void queue_push_front(SpanQueue& q, Span* s) {
   q.head = s;
 }
 
+void queue_push_back(SpanQueue& q, Span* s) {
+  s->next = nullptr;
+  s->prev = q.tail;
+  if (q.tail) q.tail->next = s; else q.head = s;
+  q.tail = s;
+}
+
 void queue_remove(SpanQueue& q, Span* s) {
   if (s->prev) s->prev->next = s->next; else q.head = s->next;
   if (s->next) s->next->prev = s->prev; else q.tail = s->prev;
@@ -299,13 +306,16 @@ void local_free_attention(Heap* h, Span* s) {
 // acq_rel after it last read that field in process_delayed) must be ordered
 // before.
 // Returns true if the owner had nothing pending for the collector before.
-// The owner is read first: once xfree_count counts the run, the owner (or a
-// collector) may find the span empty and release it (span_release clears
-// `heap`); heaps themselves are never freed, so flagging the owner after
-// that is harmless, and it must come after the count so that a collection
+// The owner is read after the push and before the count: a span found
+// parked (NOTIFY) belongs to the heap that parked it, which may not be the
+// one that owned it before (adopt_spans moves parked spans; its store of
+// `heap` is ordered before the park this CAS read); and until xfree_count
+// counts the run, `used` counts it too, so neither the owner nor a
+// collector can find the span empty and release it (span_release clears
+// `heap`).  Heaps themselves are never freed, so flagging the owner after
+// the count is harmless, and it must come after it so that a collection
 // that clears the flag also sees the run.
 bool remote_push(Heap* h, Span* s, Block* first, Block* last, uint32_t n) {
-  Heap* owner = s->heap;
   uintptr_t old = s->xfree.load(std::memory_order_relaxed);
   uintptr_t state;
   do {
@@ -314,6 +324,7 @@ bool remote_push(Heap* h, Span* s, Block* first, Block* last, uint32_t n) {
   } while (!s->xfree.compare_exchange_weak(
       old, reinterpret_cast<uintptr_t>(first) | (state == kXfreeNotify ? kXfreeNotified : state),
       std::memory_order_acq_rel, std::memory_order_relaxed));
+  Heap* owner = __atomic_load_n(&s->heap, __ATOMIC_RELAXED);
   s->xfree_count.fetch_add(n, std::memory_order_release);
   bool first_pending = !owner->remote_pending.load(std::memory_order_relaxed) &&
                        !owner->remote_pending.exchange(true, std::memory_order_relaxed);
@@ -338,7 +349,8 @@ bool return_run(Heap* h, Span* s, Block* first, Block* last, uint32_t n) {
   } else {
     g.stats.add(Stat::orphan_return_bytes, uint64_t(n) * s->obj_size);
   }
-  if (s->heap == h) {
+  // Atomic: adopt_spans may be moving a parked span of a third heap.
+  if (__atomic_load_n(&s->heap, __ATOMIC_RELAXED) == h) {
     link_set(last, s->local_free);
     s->local_free = first;
     s->used -= n;
@@ -360,6 +372,96 @@ bool returned_enough(Heap* h) {
 }
 
 
+// The first span of queue q (heap h's) with a free object, parking the
+// ones before it that have none; nullptr if none has.  REQUIRES h held.
+Span* queue_find(Heap* h, SpanQueue& q) {
+  Span* s = q.head;
+  while (s) {
+    span_collect(s);
+    if (s->free) break;
+    Span* next = s->next;
+    // Nothing left: park it on the full list, asking remote frees to notify.
+    // Only with no remote free pending (xfree exactly empty and normal);
+    // otherwise the next pass collects them.
+    uintptr_t expected = kXfreeNormal;
+    if (s->xfree.compare_exchange_strong(expected, kXfreeNotify, std::memory_order_acq_rel,
+                                         std::memory_order_relaxed)) {
+      queue_remove(q, s);
+      full_push(h, s);
+    }
+    s = next;
+  }
+  return s;
+}
+
+// Span adoption.  Heap h's thread (in a refill, h held) is about to take a
+// new span from the backend.  Spans parked full in another heap that other
+// threads have freed into since wait on that heap's delayed stack until its
+// thread's next refill; a thread that stopped allocating (a main thread
+// that filled a data structure and waits for its workers, which free the
+// objects and allocate their own) never revives them, and its spans stay
+// with it, empty or nearly, until the background collector finds the heap
+// quiet for decay_ms, while the other threads' spans grow.  So h takes
+// them over: from the heaps (at most kAdoptProbeHeaps) whose thread has
+// made no slow-path event since the previous look (at least
+// kAdoptProbeEvents of h's own before), claimed as the collector claims
+// them (one process barrier for all), it moves every span on the delayed
+// stack that is still parked into its own queues, behind their current
+// spans.  A parked span is reached only through the delayed stack, which
+// the claim makes h's alone; remote frees read the owner after their push
+// (remote_push).  Never waits: skipped while a collector (or another
+// adopter) holds g.collect_lock.  True if a span was adopted.
+bool adopt_spans(Heap* h) {
+  const uint64_t own = h->slow_events;
+  if (h == &g_empty_heap || own - h->adopt_probe_events < kAdoptProbeEvents) return false;
+  h->adopt_probe_events = own;
+  if (!g.collect_lock.try_lock()) return false;
+  // Heaps are never freed and new ones are pushed at the head, so the list
+  // can be walked from a head read under heaps_lock (not waited for either:
+  // fork holds it while it waits for threads in slow paths, such as h's).
+  Heap* v = nullptr;
+  if (g.heaps_lock.try_lock()) {
+    v = g.all_heaps;
+    g.heaps_lock.unlock();
+  }
+  Heap* batch[kAdoptProbeHeaps];
+  unsigned n = 0;
+  for (unsigned looked = 0; v && looked < kAdoptProbeHeaps; v = v->next_all, ++looked) {
+    if (v == h || !v->delayed.load(std::memory_order_relaxed)) continue;
+    const uint64_t events = __atomic_load_n(&v->slow_events, __ATOMIC_RELAXED);
+    if (events != v->adopt_seen_events) {
+      v->adopt_seen_events = events;  // ran since the last look
+      continue;
+    }
+    batch[n++] = v;
+  }
+  // A heap whose thread is in a slow path is left alone.
+  const unsigned held = n ? heaps_claim(batch, n) : 0;
+  uint64_t adopted = 0;
+  for (unsigned i = 0; i < held; ++i) {
+    Heap* d = batch[i];
+    HeapGuard guard(d, HeapGuard::kClaimed);
+    Span* s = d->delayed.exchange(nullptr, std::memory_order_acquire);
+    while (s) {
+      Span* next = s->next_delayed;
+      s->next_delayed = nullptr;
+      xfree_transition(s, kXfreeNotified, kXfreeNormal);
+      // Not parked any more: d's thread freed into it and queued it itself.
+      if (s->in_full) {
+        full_remove(d, s);
+        __atomic_store_n(&s->heap, h, __ATOMIC_RELAXED);
+        queue_push_back(h->queue[s->cls], s);
+        queue_changed(h, s->cls);
+        ++adopted;
+      }
+      s = next;
+    }
+  }
+  g.collect_lock.unlock();
+  h->stats.inc(HeapStat::spans_adopted, adopted);
+  return adopted != 0;
+}
+
 // Finds or makes a span of class c with a free object, takes one and fills
 // bin's allocation stack from the rest (not in secure mode: its bins have
 // no stacks).  nullptr when out of memory.  REQUIRES h held (HeapGuard).
@@ -377,22 +479,8 @@ Block* refill(Heap* h, unsigned c, Bin& bin) {
   }
   h->stats.inc(HeapStat::span_refills);
   if (h->delayed.load(std::memory_order_relaxed)) process_delayed(h);
-  Span* s = q.head;
-  while (s) {
-    span_collect(s);
-    if (s->free) break;
-    Span* next = s->next;
-    // Nothing left: park it on the full list, asking remote frees to notify.
-    // Only with no remote free pending (xfree exactly empty and normal);
-    // otherwise the next pass collects them.
-    uintptr_t expected = kXfreeNormal;
-    if (s->xfree.compare_exchange_strong(expected, kXfreeNotify, std::memory_order_acq_rel,
-                                         std::memory_order_relaxed)) {
-      queue_remove(q, s);
-      full_push(h, s);
-    }
-    s = next;
-  }
+  Span* s = queue_find(h, q);
+  if (!s && adopt_spans(h)) s = queue_find(h, q);
   if (s) {
     if (q.head != s) {
       queue_remove(q, s);

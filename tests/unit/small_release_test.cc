@@ -141,6 +141,59 @@ TEST_P(SmallRelease, AnIdleOwnersRemoteFreesGoBackWithoutIt) {
   EXPECT_EQ(lm_check_invariants(), nullptr);
 }
 
+// A worker allocates and then blocks; this thread frees everything, which
+// leaves the worker's spans free but parked with it (on its delayed
+// stack), and then allocates as much again.  It takes the worker's spans
+// over rather than new ones from the backend (span adoption): after at
+// most two looks at the quiet heap (the first only notes its events), and
+// without the collector.  The objects it gets are the worker's old ones.
+TEST_P(SmallRelease, AThreadAdoptsTheSpansAQuietOwnerWasFreedInto) {
+  lm_thread_collect();
+  std::vector<void*> v(count());
+  lmt::Phases phases;  // 1: allocated; 2: worker may exit
+  std::thread worker([&] {
+    for (auto& p : v) {
+      p = lm_malloc(GetParam());
+      ASSERT_NE(p, nullptr);
+      memset(p, 0x3c, GetParam());
+    }
+    phases.set(1);
+    phases.wait(2);
+  });
+  phases.wait(1);
+  const std::set<void*> old(v.begin(), v.end());
+  for (void* p : v) lm_free(p);
+  lm_thread_collect();  // this thread's cache goes back to the worker's spans
+  const uint64_t spans0 = stat("small_spans");
+  const uint64_t adopted0 = stat("spans_adopted");
+  const uint64_t acquired0 = stat("spans_acquired");
+  std::vector<void*> w(count());
+  size_t reused = 0;
+  for (auto& p : w) {
+    p = lm_malloc(GetParam());
+    ASSERT_NE(p, nullptr);
+    memset(p, 0x4d, GetParam());
+    reused += old.count(p);
+  }
+  const uint64_t adopted = stat("spans_adopted") - adopted0;
+  const uint64_t grown = stat("spans_acquired") - acquired0;
+  // New spans until the second look, kAdoptProbeEvents (16) refills after
+  // the first: 2 of 64 B objects (129 a refill, 1024 a span), 4 of 1000 B
+  // (17, 64), 5 of 4000 B (5, 16), 8 of 30000 B (2, 4); the worker's
+  // current span is not parked, so not adopted.
+  const uint64_t before_adoption = 12;
+  EXPECT_GE(adopted, 4u);
+  EXPECT_LE(grown, before_adoption) << adopted << " spans adopted";
+  EXPECT_LE(stat("small_spans"), spans0 + before_adoption);
+  EXPECT_GE(reused, w.size() / 2) << "of the worker's objects handed out again";
+  EXPECT_EQ(lm_check_invariants(), nullptr);
+  for (void* p : w) lm_free(p);
+  phases.set(2);
+  worker.join();
+  lm_thread_collect();
+  EXPECT_EQ(lm_check_invariants(), nullptr);
+}
+
 // A worker allocates, frees all but its last object itself and then
 // blocks: the objects it freed last stay in its cache's free stack, and
 // pin their span.  Freed in reverse order, those are the first objects, in
