@@ -36,6 +36,7 @@ inline uint64_t bin_fingerprint(const Bin& b) {
 // (and the timeline page) get the difference from `published`, the bytes
 // last published for that bin, which becomes `bytes`.
 void cache_bytes_now(Heap* h, uint32_t* published, uint32_t bytes) {
+  if (bytes == *published) return;  // (a thread exit's empty bins: most of them)
   h->stats.add(HeapStat::cache_bytes, uint64_t(bytes) - *published);
   timeline_cached(int64_t(bytes) - int64_t(*published));
   *published = bytes;
