@@ -74,6 +74,10 @@ const std::vector<WorkloadInfo>& workload_registry() {
             make_realloc_grow, {}, {"-S", "2"}, {"-S", "0.3"}, Set::kAll),
       entry("mixed", "espresso/cfrac-like mixed sizes, live set with random lifetimes (allocs/s)", make_mixed,
             {}, {"-S", "2"}, {"-S", "0.3"}, Set::kAll),
+      entry("mleak", "rounds of 10 short-lived threads, each callocs 128 B, leaves it in a shared table, frees another's (threads/s)",
+            make_mleak, {}, {"-S", "2"}, {"-S", "0.3"}, Set::kAll),
+      entry("random-size", "one thread replaces random slots of 4096 with objects of 16 B-4 KiB, log-uniform (ops/s)",
+            make_random_size, {}, {"-S", "2"}, {"-S", "0.3"}, Set::kAll),
     };
     // idle-release and its 16 variants idle-release-{a,b,c,d}-{64,1000,4000,30000}
     // (issue #13's cases and sizes): `lazybench compare 'idle-release-*'` runs them all.

@@ -112,6 +112,8 @@ std::unique_ptr<Workload> make_huge_free();
 std::unique_ptr<Workload> make_alloc_pair();
 std::unique_ptr<Workload> make_realloc_grow();
 std::unique_ptr<Workload> make_mixed();
+std::unique_ptr<Workload> make_mleak();
+std::unique_ptr<Workload> make_random_size();
 std::unique_ptr<Workload> make_idle_release();
 
 }  // namespace lazybench

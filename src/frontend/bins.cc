@@ -36,6 +36,7 @@ inline uint64_t bin_fingerprint(const Bin& b) {
 // (and the timeline page) get the difference from `published`, the bytes
 // last published for that bin, which becomes `bytes`.
 void cache_bytes_now(Heap* h, uint32_t* published, uint32_t bytes) {
+  if (bytes == *published) return;  // (a thread exit's empty bins: most of them)
   h->stats.add(HeapStat::cache_bytes, uint64_t(bytes) - *published);
   timeline_cached(int64_t(bytes) - int64_t(*published));
   *published = bytes;
@@ -181,8 +182,13 @@ void bins_return_all(Heap* h, bool disable) {
   bool pending = false;
   {
     HeapGuard guard(h);
+    if (h->bins_taken) bins_to_start(h);
     for (unsigned c = 0; c < kSmallClasses; ++c) {
-      pending |= bin_flush_held(h, c, 0);
+      // An empty bin published as empty has nothing to return (most of a
+      // thread's bins when it exits).
+      const Bin& bin = tl_bins[c];
+      if (bin.top != bin.base || bin.ftop != tl_bin_fbase[c] || tl_bin_bytes[c] != 0)
+        pending |= bin_flush_held(h, c, 0);
       if (disable) {
         tl_bins[c] = Bin{};
         tl_bin_fbase[c] = nullptr;

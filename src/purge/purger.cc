@@ -345,7 +345,8 @@ bool BackgroundPurger::ensure_started(Purger* purger, const Platform* platform, 
     purger->background_.store(this, std::memory_order_release);
   }
   // Running before the thread exists: its first round plans with whatever
-  // the caller released.
+  // the caller released.  The new thread has not looked at the threads yet.
+  last_look_ns_.store(0, std::memory_order_relaxed);
   state_.store(kRunning, std::memory_order_seq_cst);
   stats->add(Stat::background_threads, 1);
   stats->add(Stat::background_starts, 1);
@@ -363,7 +364,15 @@ bool BackgroundPurger::ensure_started(Purger* purger, const Platform* platform, 
 void BackgroundPurger::thread_exited() {
   if (!running()) return;
   exit_seen_.store(true, std::memory_order_relaxed);
-  purger_->wakeup().poke(platform_, platform_->now_ns(platform_->ctx) + kExitCheckDelayNs);
+  uint64_t now = platform_->now_ns(platform_->ctx);
+  purger_->wakeup().poke(platform_, exit_look_due(now, last_look_ns_.load(std::memory_order_relaxed)));
+}
+
+uint64_t BackgroundPurger::exit_look_due(uint64_t now, uint64_t last_look) {
+  uint64_t delay = uint64_t(option(Opt::background_interval_ms)) * kMs;
+  uint64_t at = now + (delay > kExitCheckDelayNs ? delay : kExitCheckDelayNs);
+  uint64_t spaced = last_look + kThreadCheckNs / 10;
+  return last_look && spaced > at ? spaced : at;
 }
 
 bool BackgroundPurger::last_thread() const {
@@ -380,9 +389,7 @@ void BackgroundPurger::note_exits(Round& r, uint64_t now) {
   if (!exit_seen_.exchange(false, std::memory_order_relaxed)) return;
   // A thread exited: look once it is gone, then a few times more while
   // other threads (release workers finishing, say) remain.
-  uint64_t at = now + kExitCheckDelayNs;
-  uint64_t spaced = r.last_check_ns + kThreadCheckNs / 10;
-  r.check_due_ns = r.last_check_ns && spaced > at ? spaced : at;
+  r.check_due_ns = exit_look_due(now, r.last_check_ns);
   r.check_step = 0;
 }
 
@@ -391,6 +398,7 @@ bool BackgroundPurger::threads_check(Round& r, uint64_t now) {
   bool due = now >= r.check_due_ns || !r.last_check_ns || now - r.last_check_ns >= kThreadCheckNs;
   if (!due) return false;
   r.last_check_ns = now;
+  last_look_ns_.store(now, std::memory_order_relaxed);
   if (last_thread()) return true;
   if (now >= r.check_due_ns) {
     r.check_due_ns = ++r.check_step <= 4 ? now + (kExitCheckDelayNs << (2 * r.check_step)) : kNoDeadline;

@@ -267,12 +267,20 @@ class BackgroundPurger {
   bool threads_check(Round& r, uint64_t now);
   // Schedules the looks after a thread exit, if one was reported.
   void note_exits(Round& r, uint64_t now);
+  // When the look asked for by a thread exit at `now` is due: kExitCheckDelayNs
+  // later, or the shortest sleep (background_interval_ms) if longer, and not
+  // sooner than a tenth of kThreadCheckNs after the last look (last_look; 0:
+  // none).  thread_exited pokes for that moment, which the thread honours as
+  // it is, so a stream of exits (a program that starts and ends threads all
+  // the time) wakes it at most once per look, not once per exit.
+  static uint64_t exit_look_due(uint64_t now, uint64_t last_look);
   // Nothing is held: state kNone unless work arrived meanwhile.  true: keep running.
   bool retire(Round& r, uint64_t now);
   void count_cpu(Round& r);
   enum : uint32_t { kNone = 0, kStarting = 1, kRunning = 2, kFailed = 3 };
   std::atomic<uint32_t> state_{kNone};
   std::atomic<bool> exit_seen_{false};
+  std::atomic<uint64_t> last_look_ns_{0};  // Round::last_check_ns, for thread_exited
   Purger* purger_ = nullptr;
   const Platform* platform_ = nullptr;
   Stats* stats_ = nullptr;

@@ -167,6 +167,38 @@ TEST_F(ScheduleTest, ThreadStatusIsReadOnlyOnSpacedWakeupsAndAfterAThreadExits) 
   EXPECT_FALSE(bg.running());
 }
 
+TEST_F(ScheduleTest, ThreadExitsWakeTheThreadOnlyForALookSoonerThanItsOwn) {
+  const char* status = "/proc/self/status";
+  fake.files[status] = "State:\tS (sleeping)\nThreads:\t12\n";
+  set(Opt::pressure, 1);
+  set(Opt::pressure_bytes, 2 * kMiB);
+  Span* s = backend->alloc(2 * kMiB, 16);
+  release(s);
+  ASSERT_TRUE(bg.round(r));  // first wakeup: looks once
+  ASSERT_EQ(fake.file_reads[status], 1);
+  // A thread exits while this one sleeps for 250 ms: it is woken, to look
+  // a tenth of a second after the last look.
+  fake.on_wait = [&] { bg.thread_exited(); };
+  ASSERT_TRUE(bg.round(r));
+  EXPECT_EQ(fake.wakes, 1u);
+  EXPECT_EQ(fake.waits_woken, 1u);
+  // More threads exit during each of its next sleeps (a program that starts
+  // and ends threads all the time): they poke for the look it has planned,
+  // not sooner, so they wake it no more.
+  fake.on_wait = [&] {
+    bg.thread_exited();
+    bg.thread_exited();
+  };
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(bg.round(r));
+  EXPECT_EQ(fake.wakes, 1u);
+  EXPECT_EQ(fake.waits_woken, 1u);
+  // The exits stop: the look comes at the end of the next sleep.
+  fake.on_wait = nullptr;
+  ASSERT_TRUE(bg.round(r));
+  EXPECT_EQ(fake.file_reads[status], 2);
+  EXPECT_EQ(fake.wakes, 1u);
+}
+
 TEST_F(ScheduleTest, CpuTimeIsCounted) {
   Span* s = backend->alloc(2 * kMiB, 16);
   release(s);
