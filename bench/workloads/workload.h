@@ -113,5 +113,7 @@ std::unique_ptr<Workload> make_alloc_pair();
 std::unique_ptr<Workload> make_realloc_grow();
 std::unique_ptr<Workload> make_mixed();
 std::unique_ptr<Workload> make_idle_release();
+std::unique_ptr<Workload> make_cache_scratch();
+std::unique_ptr<Workload> make_rptest();
 
 }  // namespace lazybench
