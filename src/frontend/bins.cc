@@ -313,12 +313,17 @@ bool bins_take_idle(Heap* h, uint64_t* bytes, bool fenced) {
 // half of the bin goes back to the spans, and p goes on.  A bin of
 // capacity 0 (classes above kCachedMax, secure mode, a thread with no heap,
 // which heap_on_demand gives one if it may) sends p on to the quarantine
-// or its span.
+// or its span.  So does the free that gives a thread its heap: a new
+// thread's cache does not start with an object another thread allocated,
+// whose cache line that thread's other objects share (a worker handed
+// small objects by the thread that started it would otherwise write, in
+// its first allocations, the lines its neighbours write: cache-scratch).
 LM_NOINLINE void bin_overflow(Span* s, void* p) {
+  const bool had_heap = tl_heap != &g_empty_heap;
   Heap* h = heap_on_demand(tl_heap);
   const unsigned c = s->cls;
   Bin& bin = tl_bins[c];
-  if (!bin.flimit) {
+  if (!bin.flimit || !had_heap) {
     if (g_secure) {
       secure_free(h, s, p);
     } else {

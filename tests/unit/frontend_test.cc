@@ -100,6 +100,7 @@ TEST(ThreadCache, AThreadReusesObjectsItFreedWhoeverAllocatedThem) {
   for (int i = 0; i < 8; ++i) made.push_back(lm_malloc(kSize));
   std::vector<void*> got;
   std::thread([&] {
+    lm_free(lm_malloc(16));           // the thread has a heap (its first free does not cache)
     for (void* p : made) lm_free(p);  // another heap's objects, into this thread's cache
     for (size_t i = 0; i < made.size(); ++i) got.push_back(lm_malloc(kSize));
     for (void* p : got) lm_free(p);   // back to their spans at the thread's exit
@@ -107,6 +108,43 @@ TEST(ThreadCache, AThreadReusesObjectsItFreedWhoeverAllocatedThem) {
   std::sort(made.begin(), made.end());
   std::sort(got.begin(), got.end());
   EXPECT_EQ(got, made);
+  lm_thread_collect();
+  EXPECT_EQ(lm_check_invariants(), nullptr);
+}
+
+// Passive false sharing (cache-scratch): a thread started with small
+// objects of its parent's frees them first.  Were they cached, its own
+// allocations would reuse them and write the cache lines its parent's (or
+// a sibling's) objects share; the free that gives the thread its heap
+// sends the object back to its owner instead, and the thread allocates
+// from its own span.
+TEST(ThreadCache, ANewThreadsFirstFreeGoesBackToItsOwner) {
+  constexpr size_t kSize = 8;
+  const auto line = [](const void* p) { return reinterpret_cast<uintptr_t>(p) / 64; };
+  // Two of this thread's objects on one cache line (16-byte objects: four to a line).
+  std::vector<void*> made;
+  void* given = nullptr;
+  void* neighbour = nullptr;
+  while (!given && made.size() < 256) {
+    void* p = lm_malloc(kSize);
+    for (void* q : made)
+      if (line(q) == line(p)) given = q, neighbour = p;
+    made.push_back(p);
+  }
+  ASSERT_NE(given, nullptr) << "the test needs two objects on one line";
+  for (void* p : made)
+    if (p != given && p != neighbour) lm_free(p);
+  const uint64_t remote0 = stat("remote_frees");
+  void* got = nullptr;
+  std::thread([&] {
+    lm_free(given);
+    got = lm_malloc(kSize);
+  }).join();
+  EXPECT_EQ(stat("remote_frees") - remote0, 1u) << "the first free went back to its span";
+  ASSERT_NE(got, nullptr);
+  EXPECT_NE(line(got), line(neighbour));
+  lm_free(got);
+  lm_free(neighbour);
   lm_thread_collect();
   EXPECT_EQ(lm_check_invariants(), nullptr);
 }

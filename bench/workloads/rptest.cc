@@ -1,0 +1,153 @@
+// rptest: random sizes, random lifetimes, some frees on another thread
+// (after rpmalloc's benchmark, as in mimalloc-bench).
+//
+// Each thread keeps --slots live objects.  An operation replaces a random
+// slot's object by a new one: sizes in [--min, --max] are log-uniform, so
+// small ones dominate (half of them are at most sqrt(min * max)), and
+// lifetimes are mixed: half of the replacements hit the first 1/16 of the
+// slots (short-lived objects), the rest any slot (long-lived ones).  A
+// fraction --cross of the replaced objects is not freed by its thread but
+// handed to the next thread (in batches of 64 through a locked inbox), which
+// frees it: those frees are remote.
+//
+// Metric: replacements (one malloc, one free) per second over all threads.
+#include <cmath>
+#include <mutex>
+#include <vector>
+
+#include "common.h"
+#include "harness/rng.h"
+#include "workload.h"
+
+namespace lazybench {
+namespace {
+
+// Objects handed to a thread for it to free.
+struct Inbox {
+  std::mutex mutex;
+  std::vector<unsigned char*> objects;
+  std::atomic<bool> nonempty{false};
+};
+
+void free_all(std::vector<unsigned char*>& objects) {
+  for (auto* p : objects) {
+    if (p[0] == 0) throw WorkloadError("rptest: object content changed");
+    std::free(p);
+  }
+  objects.clear();
+}
+
+class Rptest final : public Workload {
+ public:
+  void options(OptionSink& o) override {
+    o.seconds("-S,--seconds", &seconds_, "Run time");
+    o.count("-t,--threads", &threads_, "Threads");
+    o.count("--slots", &slots_, "Live objects per thread");
+    o.size("--min", &min_, "Smallest object");
+    o.size("--max", &max_, "Largest object");
+    o.real("--cross", &cross_, "Fraction of the objects freed by the next thread");
+  }
+
+  std::string validate() override {
+    if (threads_ == 0) return "--threads must be > 0";
+    if (slots_ < 16) return "--slots must be >= 16";
+    if (min_ == 0 || min_ > max_) return "need 0 < --min <= --max";
+    if (cross_ < 0 || cross_ > 1) return "--cross must be in [0, 1]";
+    if (seconds_ <= 0) return "--seconds must be > 0";
+    return {};
+  }
+
+  Outcome run(Measure& measure, std::uint64_t seed) override {
+    constexpr std::size_t kTable = 4096;  // power of two
+    constexpr std::size_t kBatch = 64;
+    constexpr std::uint64_t kDrainEvery = 256;
+    const auto threads = static_cast<unsigned>(threads_);
+    const auto cross_below = static_cast<std::uint64_t>(cross_ * 65536);
+    std::vector<std::vector<std::uint32_t>> sizes(threads, std::vector<std::uint32_t>(kTable));
+    std::vector<std::vector<unsigned char*>> slots(threads, std::vector<unsigned char*>(slots_, nullptr));
+    std::vector<Inbox> inboxes(threads);
+    for (unsigned t = 0; t < threads; ++t) {
+      Rng rng(Rng::derive(seed, 1000 + t));
+      const double span = std::log(static_cast<double>(max_) / static_cast<double>(min_));
+      for (auto& s : sizes[t]) {
+        const auto sz = static_cast<std::uint64_t>(static_cast<double>(min_) * std::exp(rng.uniform() * span));
+        s = static_cast<std::uint32_t>(std::min<std::uint64_t>(std::max<std::uint64_t>(sz, min_), max_));
+      }
+      inboxes[t].objects.reserve(1 << 16);
+    }
+    std::vector<std::uint64_t> ops(threads, 0);
+    const double elapsed = run_timed_threads(
+        threads, seconds_,
+        [&](unsigned t, const StopFlag& stop) {
+          Rng rng(Rng::derive(seed, t));
+          const auto& table = sizes[t];
+          auto& mine = slots[t];
+          Inbox& in = inboxes[t];
+          Inbox& next = inboxes[(t + 1) % threads];
+          std::vector<unsigned char*> out, got;
+          out.reserve(kBatch);
+          got.reserve(1 << 16);
+          std::uint64_t i = 0;
+          while (!stop.stopped()) {
+            for (std::uint64_t j = 0; j < kDrainEvery; ++j, ++i) {
+              const std::uint64_t r = rng.next();
+              // Low bits: the slot; bit 32: short- or long-lived; 48-63: cross.
+              const std::uint64_t range = (r >> 32) & 1 ? slots_ : slots_ / 16;
+              auto& slot = mine[(r & 0xffffffff) % range];
+              if (slot) {
+                if ((r >> 48) < cross_below) {
+                  out.push_back(slot);
+                  if (out.size() == kBatch) {
+                    std::lock_guard lock(next.mutex);
+                    next.objects.insert(next.objects.end(), out.begin(), out.end());
+                    next.nonempty.store(true, std::memory_order_release);
+                    out.clear();
+                  }
+                } else {
+                  std::free(slot);
+                }
+              }
+              const std::size_t sz = table[i & (kTable - 1)];
+              auto* p = static_cast<unsigned char*>(checked_malloc(sz));
+              p[0] = 1;
+              p[sz - 1] = 1;
+              slot = p;
+            }
+            if (in.nonempty.load(std::memory_order_acquire)) {
+              {
+                std::lock_guard lock(in.mutex);
+                got.swap(in.objects);
+                in.nonempty.store(false, std::memory_order_relaxed);
+              }
+              free_all(got);
+            }
+          }
+          free_all(out);
+          ops[t] = i;
+        },
+        [&] { measure.begin(); }, [&] { measure.end(); });
+    for (auto& in : inboxes) free_all(in.objects);
+    for (auto& mine : slots)
+      for (auto* p : mine) std::free(p);
+    std::uint64_t total = 0;
+    for (auto n : ops) total += n;
+    Outcome out;
+    out.metric = {"throughput", static_cast<double>(total) / elapsed, "ops/s", true};
+    out.extra = {{"threads", static_cast<double>(threads)}, {"ops", static_cast<double>(total)}};
+    return out;
+  }
+
+ private:
+  double seconds_ = 3;
+  std::uint64_t threads_ = 2;
+  std::uint64_t slots_ = 8192;
+  std::uint64_t min_ = 16;
+  std::uint64_t max_ = 4096;
+  double cross_ = 0.25;
+};
+
+}  // namespace
+
+std::unique_ptr<Workload> make_rptest() { return std::make_unique<Rptest>(); }
+
+}  // namespace lazybench
