@@ -98,6 +98,27 @@ struct ProcSample {
   double hwm_kib = 0;
 };
 
+// The CPU time the server has used so far, in seconds: utime + stime of
+// /proc/PID/stat, which count every thread, ended ones too (clock ticks:
+// 10 ms at the usual 100 Hz, so 1% of a command's second of CPU at the
+// default sizes).  nullopt if it cannot be read.
+std::optional<double> cpu_seconds(pid_t pid) {
+  const std::string stat = slurp("/proc/" + std::to_string(pid) + "/stat");
+  const auto paren = stat.rfind(')');  // the command name may hold spaces
+  if (paren == std::string::npos) return std::nullopt;
+  std::istringstream in(stat.substr(paren + 1));
+  std::string field;
+  long long utime = -1, stime = -1;
+  // Fields 3 (state) to 15 (stime): utime is the 12th after the name, stime the 13th.
+  for (int i = 3; i <= 15 && in >> field; ++i) {
+    if (i == 14) utime = std::atoll(field.c_str());
+    if (i == 15) stime = std::atoll(field.c_str());
+  }
+  const long ticks = ::sysconf(_SC_CLK_TCK);
+  if (utime < 0 || stime < 0 || ticks <= 0) return std::nullopt;
+  return static_cast<double>(utime + stime) / static_cast<double>(ticks);
+}
+
 std::optional<ProcSample> read_proc(pid_t pid) {
   const std::string proc = "/proc/" + std::to_string(pid);
   const auto mem = parse_smaps_rollup(slurp(proc + "/smaps_rollup"));
@@ -251,6 +272,10 @@ struct ThroughputRun {
   bool ok = false;
   std::string status;
   std::vector<std::pair<std::string, double>> rps;
+  // Server CPU (all threads) per request, microseconds, per command of rps.
+  // Unlike requests/s it does not count the time the server waits for the
+  // CPU or for its client, so other work on the machine moves it less.
+  std::vector<std::pair<std::string, double>> cpu_us;
   double peak_kib = 0;  // VmHWM at the end of the benchmark
 };
 
@@ -270,12 +295,34 @@ ThroughputRun run_throughput(const ServerOptions& opt, const Plan& plan, const A
   std::string error;
   auto server = Server::start(plan, a, log, opt.timeout_s, &error);
   if (server) {
-    const std::vector<std::string> argv = {plan.benchmark, "-s", server->socket(), "-P", std::to_string(opt.pipeline),
-                                           "-c", std::to_string(opt.clients), "-d", std::to_string(opt.data_size),
-                                           "-n", std::to_string(plan.requests), "-t", opt.tests, "--csv"};
-    if (const auto out = client(argv, opt.timeout_s, &error)) {
-      r.rps = parse_benchmark_csv(*out);
-      if (r.rps.empty()) error = "redis-benchmark printed no results: " + one_line(*out);
+    // One client call per test (in --tests order), so that the server's CPU
+    // time is known per command.  A test may print several results (e.g.
+    // "ping": PING_INLINE and PING_MBULK), each of -n requests: they share
+    // its CPU time evenly.
+    for (const auto& test : split_list(opt.tests)) {
+      const std::vector<std::string> argv = {plan.benchmark, "-s", server->socket(), "-P", std::to_string(opt.pipeline),
+                                             "-c", std::to_string(opt.clients), "-d", std::to_string(opt.data_size),
+                                             "-n", std::to_string(plan.requests), "-t", test, "--csv"};
+      const auto cpu_before = cpu_seconds(server->pid());
+      const auto out = client(argv, opt.timeout_s, &error);
+      const auto cpu_after = cpu_seconds(server->pid());
+      if (!out) break;
+      const auto rows = parse_benchmark_csv(*out);
+      if (rows.empty()) {
+        error = "redis-benchmark -t " + test + " printed no results: " + one_line(*out);
+        break;
+      }
+      if (!cpu_before || !cpu_after) {
+        error = "cannot read /proc of the server";
+        break;
+      }
+      const double requests = static_cast<double>(plan.requests) * static_cast<double>(rows.size());
+      for (const auto& row : rows) {
+        r.rps.push_back(row);
+        r.cpu_us.emplace_back(row.first, (*cpu_after - *cpu_before) * 1e6 / requests);
+      }
+    }
+    if (error.empty()) {
       if (const auto p = read_proc(server->pid())) r.peak_kib = p->hwm_kib;
       else error = "cannot read /proc of the server";
     }
@@ -394,6 +441,10 @@ int server_command(const ServerOptions& opt) {
                         "--requests, --keys and --settle-mib not negative, --timeout positive\n";
     return 2;
   }
+  if (split_list(opt.tests).empty()) {
+    std::cerr << who << ": --tests names no test\n";
+    return 2;
+  }
   Plan plan;
   plan.requests = opt.requests > 0 ? opt.requests : opt.quick ? 20000 : 1000000;
   plan.keys = opt.keys > 0 ? opt.keys : opt.quick ? 20000 : 1500000;
@@ -469,7 +520,9 @@ int server_command(const ServerOptions& opt) {
       t.rep = rep;
       t.alloc = k;
       if (t.ok) {
-        for (const auto& [cmd, rps] : t.rps) std::fprintf(stderr, "%s %s/s ", cmd.c_str(), format_si(rps).c_str());
+        for (std::size_t i = 0; i < t.rps.size(); ++i)
+          std::fprintf(stderr, "%s %s/s %.2f us ", t.rps[i].first.c_str(), format_si(t.rps[i].second).c_str(),
+                       t.cpu_us[i].second);
         std::fprintf(stderr, "(%.1f s)\n", seconds_since(t0));
       } else {
         std::fprintf(stderr, "FAILED: %s\n", t.status.c_str());
@@ -503,24 +556,34 @@ int server_command(const ServerOptions& opt) {
   for (const auto& t : throughput)
     for (const auto& [cmd, rps] : t.rps)
       if (std::find(commands.begin(), commands.end(), cmd) == commands.end()) commands.push_back(cmd);
-  // rps[command][allocator]
-  std::map<std::string, std::vector<std::optional<Summary>>> rps;
-  for (const auto& cmd : commands) {
-    auto& row = rps[cmd];
-    for (std::size_t k = 0; k < n; ++k) {
-      std::vector<double> v;
-      for (const auto& t : throughput)
-        if (t.ok && t.alloc == k)
-          for (const auto& [c, x] : t.rps)
-            if (c == cmd) v.push_back(x);
-      row.push_back(summarize(v));
+  // rps[command][allocator], cpu[command][allocator]
+  using PerCommand = std::map<std::string, std::vector<std::optional<Summary>>>;
+  auto per_command = [&](std::vector<std::pair<std::string, double>> ThroughputRun::*field) {
+    PerCommand out;
+    for (const auto& cmd : commands) {
+      auto& row = out[cmd];
+      for (std::size_t k = 0; k < n; ++k) {
+        std::vector<double> v;
+        for (const auto& t : throughput)
+          if (t.ok && t.alloc == k)
+            for (const auto& [c, x] : t.*field)
+              if (c == cmd) v.push_back(x);
+        row.push_back(summarize(v));
+      }
     }
-  }
-  auto vs_glibc = [&](const std::string& cmd, std::size_t k) -> std::optional<double> {
-    const auto& row = rps[cmd];
-    if (!glibc || !row[k] || !row[*glibc]) return std::nullopt;
-    return speedup(row[k]->median, row[*glibc]->median, true);
+    return out;
   };
+  PerCommand rps = per_command(&ThroughputRun::rps);
+  PerCommand cpu = per_command(&ThroughputRun::cpu_us);
+  // > 1.00x = better than glibc: more requests/s, or less CPU per request.
+  auto vs_glibc_of = [&](PerCommand& table, bool higher_is_better, const std::string& cmd,
+                         std::size_t k) -> std::optional<double> {
+    const auto& row = table[cmd];
+    if (!glibc || !row[k] || !row[*glibc]) return std::nullopt;
+    return speedup(row[k]->median, row[*glibc]->median, higher_is_better);
+  };
+  auto vs_glibc = [&](const std::string& cmd, std::size_t k) { return vs_glibc_of(rps, true, cmd, k); };
+  auto cpu_vs_glibc = [&](const std::string& cmd, std::size_t k) { return vs_glibc_of(cpu, false, cmd, k); };
   auto memory_summary = [&](std::size_t k, const MemoryMetric& metric) {
     std::vector<double> v;
     for (const auto& m : memory)
@@ -564,7 +627,7 @@ int server_command(const ServerOptions& opt) {
   // ---- Markdown.
   const std::string client_line = "redis-benchmark -s SOCKET -P " + std::to_string(opt.pipeline) + " -c " +
                                   std::to_string(opt.clients) + " -d " + std::to_string(opt.data_size) + " -n " +
-                                  std::to_string(plan.requests) + " -t " + opt.tests + " --csv";
+                                  std::to_string(plan.requests) + " -t TEST --csv";
   std::string md = "# lazybench server results\n\n";
   md += "- Date: " + local_timestamp() + "\n";
   md += "- Machine: " + machine_description() + "\n";
@@ -582,7 +645,8 @@ int server_command(const ServerOptions& opt) {
   for (const auto& s : skipped) md += "- Skipped: " + s + "\n";
   if (failures) md += "- **" + std::to_string(failures) + " run(s) failed**; see the status column of results.csv and logs/\n";
 
-  md += "\n## Throughput\n\n`" + client_line + "` against a fresh server (no preload for the client). Requests/s, "
+  md += "\n## Throughput\n\n`" + client_line + "` for each TEST of `" + opt.tests +
+        "`, in that order, against a fresh server (no preload for the client). Requests/s, "
         "median of the repetitions, and its ratio to glibc's (> 1.00x = faster).\n\n";
   {
     std::vector<MarkdownTable::Column> cols = {{"command"}};
@@ -608,6 +672,24 @@ int server_command(const ServerOptions& opt) {
                         format_ratio(vs_glibc(cmd, k))});
       }
     md += detail.render();
+  }
+  md += "\n### Server CPU per request\n\nThe server's CPU time (user + system, all its threads, from "
+        "/proc/PID/stat in clock ticks) during each command's client call, divided by its requests: microseconds, "
+        "median of the repetitions, and glibc's divided by it (> 1.00x = less CPU than glibc). Time spent waiting for "
+        "a CPU or for the client is not in it, so it moves less than requests/s when other work competes.\n\n";
+  {
+    std::vector<MarkdownTable::Column> cols = {{"command"}};
+    for (const auto& a : allocators) cols.push_back({a.name, true});
+    MarkdownTable table(cols);
+    for (const auto& cmd : commands) {
+      std::vector<std::string> cells = {cmd};
+      for (std::size_t k = 0; k < n; ++k) {
+        const auto& s = cpu[cmd][k];
+        cells.push_back(s ? format_fixed(s->median, 3) + " (" + format_ratio(cpu_vs_glibc(cmd, k)) + ")" : "-");
+      }
+      table.add_row(cells);
+    }
+    md += table.render();
   }
 
   md += "\n## Memory\n\nA second server: `DEBUG POPULATE " + std::to_string(plan.keys) + " key " +
@@ -671,6 +753,7 @@ int server_command(const ServerOptions& opt) {
       continue;
     }
     for (const auto& [cmd, x] : t.rps) csv += csv_line({rep, a, "throughput", cmd, "", csv_number(x), "req/s", "ok"});
+    for (const auto& [cmd, x] : t.cpu_us) csv += csv_line({rep, a, "cpu", cmd, "", csv_number(x), "us/req", "ok"});
     csv += csv_line({rep, a, "throughput", "peak_rss_mib", "", csv_number(t.peak_kib / kKiBPerMiB), "MiB", "ok"});
   }
   for (const auto& m : memory) {
@@ -722,6 +805,16 @@ int server_command(const ServerOptions& opt) {
       t[cmd] = c;
     }
     a["throughput"] = t;
+    Json c = Json::object();
+    for (const auto& cmd : commands) {
+      Json x = summary_json(cpu[cmd][k]);
+      if (!x.is_null()) {
+        const auto r = cpu_vs_glibc(cmd, k);
+        x["vs_glibc"] = r ? Json(*r) : Json(nullptr);
+      }
+      c[cmd] = x;
+    }
+    a["cpu_us_per_request"] = c;
     Json mem = Json::object();
     for (const auto& m : memory_metrics()) mem[m.key] = summary_json(memory_summary(k, m));
     mem["bench_peak_rss_mib"] = summary_json(bench_peak(k));

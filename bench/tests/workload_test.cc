@@ -377,6 +377,12 @@ TEST(Server, QuickRunReportsEveryAllocatorAndCommand) {
       EXPECT_EQ(t.at("runs"), 2) << allocators[k] << " " << cmd;
       EXPECT_GT(t.at("median").get<double>(), 0) << allocators[k] << " " << cmd;
       EXPECT_GT(t.at("vs_glibc").get<double>(), 0) << allocators[k] << " " << cmd;
+      // Server CPU per request: clock ticks, so a command of 20,000
+      // requests may round to 0 (the sum over a run's commands is checked
+      // in results.csv below).
+      const auto& c = a.at("cpu_us_per_request").at(cmd);
+      EXPECT_EQ(c.at("runs"), 2) << allocators[k] << " " << cmd;
+      EXPECT_GE(c.at("median").get<double>(), 0) << allocators[k] << " " << cmd;
     }
     const auto& m = a.at("memory");
     for (const auto& key : memory) {
@@ -407,6 +413,7 @@ TEST(Server, QuickRunReportsEveryAllocatorAndCommand) {
     for (const auto& a : allocators) EXPECT_NE(md.find("| " + cmd + std::string(8 - cmd.size(), ' ') + "| " + a), std::string::npos) << cmd << " " << a << "\n" << md;
   }
   for (const auto& a : allocators) EXPECT_NE(md.find("\n| " + a + " "), std::string::npos) << md;
+  EXPECT_NE(md.find("### Server CPU per request"), std::string::npos) << md;
   for (const char* column : {"start Rss", "start held", "loaded Rss", "peak (VmHWM)", "held after idle", "Rss after wait",
                              "settled", "bench peak"})
     EXPECT_NE(md.find(column), std::string::npos) << column;
@@ -416,18 +423,32 @@ TEST(Server, QuickRunReportsEveryAllocatorAndCommand) {
   std::string line;
   std::getline(csv, line);
   EXPECT_EQ(line, "rep,allocator,phase,metric,t_s,value,unit,status");
-  std::map<std::string, int> rates;
+  std::map<std::string, int> rates, cpus;
+  std::map<std::string, double> cpu_sum;  // us per request, summed over the commands of a run
   while (std::getline(csv, line)) {
     EXPECT_NE(line.find(",ok"), std::string::npos) << line;
-    for (const auto& cmd : commands)
+    for (const auto& cmd : commands) {
       if (line.find(",throughput," + cmd + ",,") != std::string::npos) {
         const auto v = line.substr(line.find(",,") + 2);
         EXPECT_GT(std::stod(v), 0) << line;
         ++rates[line.substr(0, line.find(",throughput"))];
       }
+      if (line.find(",cpu," + cmd + ",,") != std::string::npos) {
+        EXPECT_NE(line.find(",us/req,ok"), std::string::npos) << line;
+        const double v = std::stod(line.substr(line.find(",,") + 2));
+        EXPECT_GE(v, 0) << line;
+        const auto who = line.substr(0, line.find(",cpu"));
+        ++cpus[who];
+        cpu_sum[who] += v;
+      }
+    }
   }
   EXPECT_EQ(rates.size(), 2 * allocators.size());  // (rep, allocator) pairs
   for (const auto& [who, count] : rates) EXPECT_EQ(count, 4) << who;
+  EXPECT_EQ(cpus.size(), 2 * allocators.size());
+  for (const auto& [who, count] : cpus) EXPECT_EQ(count, 4) << who;
+  // 4 x 20,000 requests take the server well over one 10 ms clock tick.
+  for (const auto& [who, sum] : cpu_sum) EXPECT_GT(sum, 0) << who;
 }
 
 // The rows of a markdown table on stdout, by their first cell.
