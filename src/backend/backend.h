@@ -294,6 +294,14 @@ class Backend {
   // Age of the oldest RETAINED free unit, or 0 if there is none.
   uint64_t oldest_retained_ns();
 
+  // Span records: whole pages of free records above the lowest `keep`
+  // (MetaPool::purge_collect), for the purger to advise MADV_DONTNEED with
+  // no lock held, and their filing after it (`ok`: the advice took).
+  void meta_purge_collect(size_t keep, MetaPurge* out) { spans_.purge_collect(keep, out); }
+  void meta_purge_finish(const MetaPurge& p, bool ok) { spans_.purge_finish(p, ok, stats_); }
+  // Span records handed out and not freed.
+  size_t span_records() { return spans_.live_records(); }
+
   MemoryState memory_state() const;
   // Withdraws the arenas' hugepage advice if the heap has become sparse
   // (see hugepages_pay); called after purges, which make it so.

@@ -24,6 +24,12 @@ const char* Backend::check_invariants() {
     if (m->lazy_next && m->lazy_next->lazy_ns < m->lazy_ns) return "lazy list out of lazy_ns order";
     if (++lazy > (size_t(1) << 30)) return "cycle in the lazy list";
   }
+  size_t partial = 0;
+  for (SlotMeta* m = partial_; m; m = m->part_next) {
+    if (!m->in_partial) return "slot on the partial list without in_partial";
+    if (m->part_next && m->part_next->base <= m->base) return "partial list out of address order";
+    if (++partial > (size_t(1) << 30)) return "cycle in the partial list";
+  }
   size_t lazy_flagged = 0;
   size_t flagged = 0;
   size_t purging = 0;

@@ -46,7 +46,7 @@ void held_rows(const uint64_t* global, const uint64_t* heap, uint64_t* out) {
   out[unsigned(Held::large_cached)] = large_cached;
   out[unsigned(Held::retained)] = g(Stat::retained_bytes);
   out[unsigned(Held::lazy)] = g(Stat::lazy_bytes);
-  out[unsigned(Held::metadata)] = g(Stat::metadata_bytes);
+  out[unsigned(Held::metadata)] = sub(g(Stat::metadata_bytes), g(Stat::metadata_purged_bytes));
 }
 
 namespace {

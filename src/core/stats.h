@@ -30,6 +30,10 @@ class Writer;
                        "needs memory (shown as LazyFree in smaps), reuse costs no fault")        \
   X(clean_bytes, gauge, "free bytes that read as zero: never touched, or MADV_DONTNEED")         \
   X(metadata_bytes, gauge, "bytes mapped for allocator metadata (slot, span and heap records)")  \
+  X(metadata_purged_bytes, gauge, "of metadata_bytes, pages of free span records given back "   \
+    "(MADV_DONTNEED by the decay passes, above a reserve of free records) and not reused since") \
+  X(metadata_page_purges, counter, "pages of free span records given back (each reuse and "     \
+    "purge again counts anew)")                                                                  \
   X(small_spans, gauge, "live small-object spans")                                               \
   X(small_span_bytes, gauge, "bytes of live small-object spans (part of active_bytes): objects in " \
     "use, objects in thread caches, and free objects (listed, dormant or never carved)")            \
@@ -262,7 +266,7 @@ bool stat_find(const char* name, bool* heap_stat, unsigned* index);
   X(large_cached, "freed large blocks in threads' caches (large_cache_bytes)")                  \
   X(retained, "free and resident, in the backend (retained_bytes)")                             \
   X(lazy, "free, given with MADV_FREE, resident until the kernel takes it (lazy_bytes)")        \
-  X(metadata, "allocator metadata (metadata_bytes)")
+  X(metadata, "allocator metadata, resident (metadata_bytes less metadata_purged_bytes)")
 
 enum class Held : unsigned {
 #define LM_HELD_ENUM(name, doc) name,

@@ -95,6 +95,24 @@ size_t Purger::decay_pass(uint64_t now) {
     if (!advise_batch(&batch, dontneed) || bytes == 0) break;
     total += bytes;
   }
+  purge_metadata(meta_keep(backend_->span_records()));
+  return total;
+}
+
+size_t Purger::purge_metadata(size_t keep) {
+  size_t total = 0;
+  MetaPurge p;
+  for (;;) {
+    backend_->meta_purge_collect(keep, &p);
+    if (p.nranges == 0) break;
+    bool clean = false;
+    int rc = adviser_.advise(p.ranges, p.nranges, p.bytes, true, &clean);
+    // Purged pages are handed out again as zero-filled records.
+    bool ok = rc == 0 && clean;
+    backend_->meta_purge_finish(p, ok);
+    if (!ok) break;
+    total += p.bytes;
+  }
   return total;
 }
 
@@ -139,6 +157,7 @@ size_t Purger::purge_all(bool dontneed) {
       size_t bytes = batch.bytes;
       if (advise_batch(&batch, dontneed)) total += bytes;
     } while (cursor.arena);
+    purge_metadata(0);
     if (discard_) total += discard_->discard(~uint64_t(0), sel.max_range);
   }
   // LAZY memory now waits for the lazy stage (no lock held: this may start

@@ -75,6 +75,12 @@ class Purger {
   // many lazy_decay_ms (an idle process's Rss is back within about
   // decay_ms + kLazyIdleFactor x lazy_decay_ms whatever its history).
   static constexpr uint64_t kLazyIdleFactor = 4;
+  // Free span records a decay pass keeps (not given back): at least
+  // kMetaKeepRecords (64 KiB of records), and a quarter of those in use,
+  // so that a heap whose spans come and go reuses resident records and
+  // never faults them back in (hysteresis); malloc_trim keeps none.
+  static constexpr size_t kMetaKeepRecords = 256;
+  static size_t meta_keep(size_t live) { return live / 4 > kMetaKeepRecords ? live / 4 : kMetaKeepRecords; }
   static constexpr uint64_t kNever = kNoDeadline;
 
   constexpr Purger() = default;
@@ -196,6 +202,10 @@ class Purger {
   // REQUIRES: lock_ held.  Advises every range of the batch, then settles it.
   // Returns false if the kernel refused any range (the batch stays RETAINED).
   bool advise_batch(PurgeBatch* batch, bool dontneed);
+  // REQUIRES: lock_ held.  Gives back the pages of free span records above
+  // the lowest `keep` (Backend::meta_purge_collect) with MADV_DONTNEED.
+  // Returns bytes given back.
+  size_t purge_metadata(size_t keep);
   bool pressure_recent(uint64_t now) const;
   // Enforces Opt::discardable_limit.
   size_t discard_excess();

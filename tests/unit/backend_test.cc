@@ -2,6 +2,7 @@
 // batching, advice fallback and failure handling, all with a manual clock.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <memory>
 #include <tuple>
 #include <vector>
@@ -532,6 +533,159 @@ TEST_F(BackendTest, StateBytesAlwaysAddUpToReserved) {
     ASSERT_EQ(broken, nullptr) << broken << " at step " << i;
   }
   for (Span* s : live) backend->release(s);
+}
+
+
+// Span records (MetaPool): the pages above the lowest `keep` free records
+// whose every record is free go back; pages holding a live record, and the
+// kept records, never do; records from purged pages come back zero-filled,
+// before any new mapping; a refused advice lists the records again.
+TEST(MetaPoolTest, GivesBackWholePagesOfFreeRecordsAboveTheKept) {
+  test::FakePlatform fake;
+  Stats stats;
+  MetaPool<Span> pool;
+  constexpr size_t kPer = MetaPool<Span>::kPerPage;
+  static_assert(kPer == 16, "Span records: 16 to a 4 KiB page");
+  constexpr size_t kRecords = 40 * kPer;  // 40 pages of one 256 KiB chunk
+  std::vector<Span*> recs;
+  for (size_t i = 0; i < kRecords; ++i) {
+    Span* s = pool.alloc(*fake.get(), &stats);
+    ASSERT_NE(s, nullptr);
+    memset(static_cast<void*>(s), 0xab, sizeof(Span));
+    recs.push_back(s);
+  }
+  const size_t mapped = fake.mapped_bytes;
+  auto page_of = [](const void* p) { return reinterpret_cast<uintptr_t>(p) & ~(kOsPageSize - 1); };
+  // Every fifth page keeps one live record; the rest are freed, in an
+  // order that scatters the free list.
+  std::vector<Span*> live;
+  for (size_t i = 0; i < kRecords; ++i) {
+    Span* s = recs[(i * 7) % kRecords];
+    if (((i * 7) % kRecords) % (5 * kPer) == 3) {
+      live.push_back(s);
+      continue;
+    }
+    pool.free(s);
+  }
+  ASSERT_EQ(live.size(), 8u);
+  const size_t freed = kRecords - live.size();
+  EXPECT_EQ(pool.free_records(), freed);
+  MetaPurge p;
+  const size_t keep = 3 * kPer;  // the three lowest pages' worth stay listed
+  pool.purge_collect(keep, &p);
+  ASSERT_GT(p.nranges, 0u);
+  size_t pages = 0;
+  for (unsigned i = 0; i < p.nranges; ++i) {
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p.ranges[i].addr) % kOsPageSize, 0u);
+    EXPECT_EQ(p.ranges[i].len % kOsPageSize, 0u);
+    for (Span* s : live) {
+      uintptr_t pg = page_of(s);
+      uintptr_t a = reinterpret_cast<uintptr_t>(p.ranges[i].addr);
+      EXPECT_FALSE(pg >= a && pg < a + p.ranges[i].len) << "a page with a live record was taken";
+    }
+    pages += p.ranges[i].len / kOsPageSize;
+  }
+  // 40 pages: 8 hold a live record, the 3 lowest whole pages of free
+  // records (pages 1..3: page 0 holds a live one) are kept.
+  EXPECT_EQ(pages, 40u - 8u - 3u);
+  EXPECT_EQ(p.bytes, pages * kOsPageSize);
+  EXPECT_EQ(pool.free_records(), freed - pages * kPer);
+  // Nothing freed since: a second look finds nothing (and sorts nothing).
+  MetaPurge again;
+  pool.purge_collect(keep, &again);
+  EXPECT_EQ(again.nranges, 0u);
+  pool.purge_finish(p, true, &stats);
+  EXPECT_EQ(stats.get(Stat::metadata_purged_bytes), p.bytes);
+  EXPECT_EQ(stats.get(Stat::metadata_page_purges), pages);
+  EXPECT_EQ(pool.purged_bytes(), p.bytes);
+  // Every record handed out again: listed ones first, lowest address first,
+  // then the rest of the chunk, then the purged pages, zero-filled; no new
+  // mapping.
+  const size_t listed = pool.free_records();
+  const size_t chunk_left = 256 * 1024 / sizeof(Span) - kRecords;
+  Span* prev = nullptr;
+  for (size_t i = 0; i < freed + chunk_left; ++i) {
+    Span* s = pool.alloc(*fake.get(), &stats);
+    ASSERT_NE(s, nullptr);
+    if (i < listed && prev) {
+      EXPECT_LT(prev, s) << "the sorted list hands out low addresses first";
+    }
+    prev = s;
+    if (i >= listed) {
+      const unsigned char* b = reinterpret_cast<const unsigned char*>(s);
+      for (size_t k = 0; k < sizeof(Span); ++k) ASSERT_EQ(b[k], 0) << "record " << i << " byte " << k;
+    }
+  }
+  EXPECT_EQ(fake.mapped_bytes, mapped);
+  EXPECT_EQ(stats.get(Stat::metadata_purged_bytes), 0u);
+  EXPECT_EQ(pool.live_records(), kRecords + chunk_left);
+}
+
+TEST(MetaPoolTest, KeepsRecordsUnderTheReserveAndRelistsThemWhenTheAdviceFails) {
+  test::FakePlatform fake;
+  Stats stats;
+  MetaPool<Span> pool;
+  constexpr size_t kPer = MetaPool<Span>::kPerPage;
+  std::vector<Span*> recs;
+  for (size_t i = 0; i < 8 * kPer; ++i) recs.push_back(pool.alloc(*fake.get(), &stats));
+  for (Span* s : recs) pool.free(s);
+  MetaPurge p;
+  // All free, but no more than the reserve plus a page: nothing goes back.
+  pool.purge_collect(7 * kPer, &p);
+  EXPECT_EQ(p.nranges, 0u);
+  pool.purge_collect(2 * kPer, &p);
+  ASSERT_EQ(p.nranges, 1u);  // the six highest pages, one run
+  EXPECT_EQ(p.bytes, 6 * kOsPageSize);
+  EXPECT_EQ(pool.free_records(), 2 * kPer);
+  pool.purge_finish(p, false, &stats);
+  EXPECT_EQ(pool.free_records(), 8 * kPer);
+  EXPECT_EQ(stats.get(Stat::metadata_purged_bytes), 0u);
+  // malloc_trim's look (keep 0) after a lower keep finds them again.
+  pool.purge_collect(0, &p);
+  EXPECT_EQ(p.bytes, 8 * kOsPageSize);
+  pool.purge_finish(p, true, &stats);
+  EXPECT_EQ(pool.free_records(), 0u);
+  EXPECT_EQ(stats.get(Stat::metadata_purged_bytes), 8 * kOsPageSize);
+}
+
+// A decay pass gives back the pages of span records that released spans
+// left free, above the purger's reserve (Purger::meta_keep), with
+// MADV_DONTNEED; they are reused before any new mapping.
+TEST_F(BackendTest, DecayPassGivesBackPagesOfFreeSpanRecords) {
+  std::vector<Span*> spans;
+  for (int i = 0; i < 1500; ++i) {
+    Span* s = backend->alloc_units_span(1);
+    ASSERT_NE(s, nullptr);
+    spans.push_back(s);
+  }
+  for (size_t i = 0; i < spans.size(); ++i) {
+    if (i % 100 != 0) backend->release(spans[i]);
+  }
+  const size_t live = backend->span_records();
+  EXPECT_EQ(live, 15u);
+  fake.advance_ms(1100);
+  purger->decay_pass(fake.now_ns);
+  const uint64_t purged = st(Stat::metadata_purged_bytes);
+  // 1485 free records, 256 kept: at least the pages above them that hold
+  // no live record (15 pages of 94 do).
+  EXPECT_GE(purged, (1485 - Purger::kMetaKeepRecords) / 16 * kOsPageSize - 16 * kOsPageSize);
+  EXPECT_LE(purged, (1485 - Purger::kMetaKeepRecords) / 16 * kOsPageSize);
+  EXPECT_GE(fake.advised_bytes(Advice::kDontNeed), purged);
+  EXPECT_EQ(st(Stat::metadata_page_purges) * kOsPageSize, purged);
+  // A second pass with nothing freed gives nothing more.
+  fake.advance_ms(1100);
+  purger->decay_pass(fake.now_ns);
+  EXPECT_EQ(st(Stat::metadata_purged_bytes), purged);
+  // Spans made again take the free records, the rest of the second chunk
+  // (548 records) and the purged pages before mapping more.
+  const size_t mapped = fake.mapped_bytes;
+  std::vector<Span*> again;
+  for (int i = 0; i < 1485 + 548; ++i) again.push_back(backend->alloc_units_span(1));
+  EXPECT_EQ(st(Stat::metadata_purged_bytes), 0u);
+  EXPECT_EQ(fake.mapped_bytes, mapped);
+  for (Span* s : again) backend->release(s);
+  for (size_t i = 0; i < spans.size(); i += 100) backend->release(spans[i]);
+  EXPECT_EQ(backend->check_invariants(), nullptr);
 }
 
 }  // namespace
