@@ -7,6 +7,7 @@
 // chunks, slots and sizes.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 namespace lazybench {
@@ -58,6 +59,15 @@ class Rng {
 
   // Uniform double in [0, 1).
   constexpr double uniform() noexcept { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
+
+  // Log-uniform integer in [lo, hi] (0 < lo <= hi): every doubling of the
+  // size is about as likely, as in programs that mix small and larger objects.
+  std::uint64_t log_uniform(std::uint64_t lo, std::uint64_t hi) noexcept {
+    const double log_lo = std::log(static_cast<double>(lo));
+    const double log_span = std::log(static_cast<double>(hi) + 1) - log_lo;
+    const auto v = static_cast<std::uint64_t>(std::exp(log_lo + uniform() * log_span));
+    return v < lo ? lo : v > hi ? hi : v;
+  }
 
  private:
   static constexpr std::uint64_t rotl(std::uint64_t x, int k) noexcept {

@@ -9,7 +9,6 @@
 // own slots (default 1).
 //
 // Metric: operations (one free and one malloc) per second over all threads.
-#include <cmath>
 #include <vector>
 
 #include "common.h"
@@ -44,14 +43,11 @@ class RandomSize final : public Workload {
     };
     const auto threads = static_cast<unsigned>(threads_);
     std::vector<std::vector<Op>> ops(threads, std::vector<Op>(kTable));
-    const double log_min = std::log(static_cast<double>(min_));
-    const double log_span = std::log(static_cast<double>(max_) + 1) - log_min;
     for (unsigned t = 0; t < threads; ++t) {
       Rng rng(Rng::derive(seed, t));
       for (auto& op : ops[t]) {
         op.slot = static_cast<std::uint32_t>(rng.below(slots_));
-        const auto sz = static_cast<std::uint64_t>(std::exp(log_min + rng.uniform() * log_span));
-        op.size = static_cast<std::uint32_t>(sz < min_ ? min_ : sz > max_ ? max_ : sz);
+        op.size = static_cast<std::uint32_t>(rng.log_uniform(min_, max_));
       }
     }
     std::vector<std::vector<unsigned char*>> slots(threads, std::vector<unsigned char*>(slots_, nullptr));

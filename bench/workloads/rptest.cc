@@ -11,7 +11,6 @@
 // frees it: those frees are remote.
 //
 // Metric: replacements (one malloc, one free) per second over all threads.
-#include <cmath>
 #include <mutex>
 #include <vector>
 
@@ -68,11 +67,7 @@ class Rptest final : public Workload {
     std::vector<Inbox> inboxes(threads);
     for (unsigned t = 0; t < threads; ++t) {
       Rng rng(Rng::derive(seed, 1000 + t));
-      const double span = std::log(static_cast<double>(max_) / static_cast<double>(min_));
-      for (auto& s : sizes[t]) {
-        const auto sz = static_cast<std::uint64_t>(static_cast<double>(min_) * std::exp(rng.uniform() * span));
-        s = static_cast<std::uint32_t>(std::min<std::uint64_t>(std::max<std::uint64_t>(sz, min_), max_));
-      }
+      for (auto& s : sizes[t]) s = static_cast<std::uint32_t>(rng.log_uniform(min_, max_));
       inboxes[t].objects.reserve(1 << 16);
     }
     std::vector<std::uint64_t> ops(threads, 0);
