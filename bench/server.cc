@@ -583,7 +583,37 @@ int server_command(const ServerOptions& opt) {
     return speedup(row[k]->median, row[*glibc]->median, higher_is_better);
   };
   auto vs_glibc = [&](const std::string& cmd, std::size_t k) { return vs_glibc_of(rps, true, cmd, k); };
-  auto cpu_vs_glibc = [&](const std::string& cmd, std::size_t k) { return vs_glibc_of(cpu, false, cmd, k); };
+  // One row per command, one column per allocator: the median (`format`)
+  // and its ratio to glibc's.
+  auto command_table = [&](PerCommand& table, bool higher_is_better, auto format) {
+    std::vector<MarkdownTable::Column> cols = {{"command"}};
+    for (const auto& a : allocators) cols.push_back({a.name, true});
+    MarkdownTable out(cols);
+    for (const auto& cmd : commands) {
+      std::vector<std::string> cells = {cmd};
+      for (std::size_t k = 0; k < n; ++k) {
+        const auto& s = table[cmd][k];
+        cells.push_back(s ? format(s->median) + " (" +
+                                format_ratio(vs_glibc_of(table, higher_is_better, cmd, k)) + ")"
+                          : "-");
+      }
+      out.add_row(cells);
+    }
+    return out.render();
+  };
+  // Allocator k's summary per command, each with its ratio to glibc's.
+  auto command_json = [&](PerCommand& table, bool higher_is_better, std::size_t k) {
+    Json out = Json::object();
+    for (const auto& cmd : commands) {
+      Json c = summary_json(table[cmd][k]);
+      if (!c.is_null()) {
+        const auto r = vs_glibc_of(table, higher_is_better, cmd, k);
+        c["vs_glibc"] = r ? Json(*r) : Json(nullptr);
+      }
+      out[cmd] = c;
+    }
+    return out;
+  };
   auto memory_summary = [&](std::size_t k, const MemoryMetric& metric) {
     std::vector<double> v;
     for (const auto& m : memory)
@@ -649,18 +679,7 @@ int server_command(const ServerOptions& opt) {
         "`, in that order, against a fresh server (no preload for the client). Requests/s, "
         "median of the repetitions, and its ratio to glibc's (> 1.00x = faster).\n\n";
   {
-    std::vector<MarkdownTable::Column> cols = {{"command"}};
-    for (const auto& a : allocators) cols.push_back({a.name, true});
-    MarkdownTable table(cols);
-    for (const auto& cmd : commands) {
-      std::vector<std::string> cells = {cmd};
-      for (std::size_t k = 0; k < n; ++k) {
-        const auto& s = rps[cmd][k];
-        cells.push_back(s ? format_si(s->median) + " (" + format_ratio(vs_glibc(cmd, k)) + ")" : "-");
-      }
-      table.add_row(cells);
-    }
-    md += table.render() + "\n";
+    md += command_table(rps, true, [](double v) { return format_si(v); }) + "\n";
     MarkdownTable detail({{"command"}, {"allocator"}, {"median (req/s)", true}, {"min..max", true}, {"runs", true},
                           {"vs glibc", true}});
     for (const auto& cmd : commands)
@@ -677,20 +696,7 @@ int server_command(const ServerOptions& opt) {
         "/proc/PID/stat in clock ticks) during each command's client call, divided by its requests: microseconds, "
         "median of the repetitions, and glibc's divided by it (> 1.00x = less CPU than glibc). Time spent waiting for "
         "a CPU or for the client is not in it, so it moves less than requests/s when other work competes.\n\n";
-  {
-    std::vector<MarkdownTable::Column> cols = {{"command"}};
-    for (const auto& a : allocators) cols.push_back({a.name, true});
-    MarkdownTable table(cols);
-    for (const auto& cmd : commands) {
-      std::vector<std::string> cells = {cmd};
-      for (std::size_t k = 0; k < n; ++k) {
-        const auto& s = cpu[cmd][k];
-        cells.push_back(s ? format_fixed(s->median, 3) + " (" + format_ratio(cpu_vs_glibc(cmd, k)) + ")" : "-");
-      }
-      table.add_row(cells);
-    }
-    md += table.render();
-  }
+  md += command_table(cpu, false, [](double v) { return format_fixed(v, 3); });
 
   md += "\n## Memory\n\nA second server: `DEBUG POPULATE " + std::to_string(plan.keys) + " key " +
         std::to_string(opt.value_size) + "` (" + std::to_string(plan.keys) + " keys of " +
@@ -795,26 +801,8 @@ int server_command(const ServerOptions& opt) {
     Json a;
     a["name"] = allocators[k].name;
     a["preload"] = allocators[k].preload;
-    Json t = Json::object();
-    for (const auto& cmd : commands) {
-      Json c = summary_json(rps[cmd][k]);
-      if (!c.is_null()) {
-        const auto r = vs_glibc(cmd, k);
-        c["vs_glibc"] = r ? Json(*r) : Json(nullptr);
-      }
-      t[cmd] = c;
-    }
-    a["throughput"] = t;
-    Json c = Json::object();
-    for (const auto& cmd : commands) {
-      Json x = summary_json(cpu[cmd][k]);
-      if (!x.is_null()) {
-        const auto r = cpu_vs_glibc(cmd, k);
-        x["vs_glibc"] = r ? Json(*r) : Json(nullptr);
-      }
-      c[cmd] = x;
-    }
-    a["cpu_us_per_request"] = c;
+    a["throughput"] = command_json(rps, true, k);
+    a["cpu_us_per_request"] = command_json(cpu, false, k);
     Json mem = Json::object();
     for (const auto& m : memory_metrics()) mem[m.key] = summary_json(memory_summary(k, m));
     mem["bench_peak_rss_mib"] = summary_json(bench_peak(k));
