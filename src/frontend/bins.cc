@@ -186,9 +186,7 @@ void bins_return_all(Heap* h, bool disable) {
     for (unsigned c = 0; c < kSmallClasses; ++c) {
       // An empty bin published as empty has nothing to return (most of a
       // thread's bins when it exits).
-      const Bin& bin = tl_bins[c];
-      if (bin.top != bin.base || bin.ftop != tl_bin_fbase[c] || tl_bin_bytes[c] != 0)
-        pending |= bin_flush_held(h, c, 0);
+      if (bin_count(tl_bins[c], c) != 0 || tl_bin_bytes[c] != 0) pending |= bin_flush_held(h, c, 0);
       if (disable) {
         tl_bins[c] = Bin{};
         tl_bin_fbase[c] = nullptr;
