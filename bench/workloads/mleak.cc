@@ -73,17 +73,20 @@ class Mleak final : public Workload {
         1, seconds_,
         [&](unsigned, const StopFlag& stop) {
           while (!stop.stopped()) {
-            for (unsigned i = 0; i < n; ++i) {
-              args[i].slot = rng.below(slots_);
-              if (pthread_create(&ids[i], nullptr, leak_one, &args[i]) != 0)
-                throw WorkloadError("mleak: pthread_create failed");
+            unsigned created = 0;
+            for (; created < n; ++created) {
+              args[created].slot = rng.below(slots_);
+              if (pthread_create(&ids[created], nullptr, leak_one, &args[created]) != 0) break;
             }
+            // Every thread started is joined before any error is thrown:
+            // they use args and the table.
             bool failed = false;
-            for (unsigned i = 0; i < n; ++i) {
+            for (unsigned i = 0; i < created; ++i) {
               void* result = nullptr;
               pthread_join(ids[i], &result);
               failed |= result == nullptr;
             }
+            if (created < n) throw WorkloadError("mleak: pthread_create failed");
             if (failed) throw WorkloadError("mleak: calloc returned NULL");
             started += n;
           }
