@@ -14,7 +14,8 @@ require=0
 while (($#)); do
   case "$1" in
     --with-peers)
-      pkgs+=(libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0 libtbbmalloc2 linux-perf strace)
+      pkgs+=(libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0 libtbbmalloc2 linux-perf strace
+            valgrind)
       ;;
     --require) require=1 ;;
     *) pkgs+=("$1") ;;
