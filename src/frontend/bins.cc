@@ -63,7 +63,7 @@ void bin_refill(Bin& bin, unsigned c, Span* s) {
     b = walk_link(s, b, steps);  // validated as it is walked
   }
   s->free = b;
-  s->used += n;
+  span_used_add(s, n);
   std::reverse(bin.base, bin.base + n);
   bin.top = bin.base + n;
 }

@@ -99,6 +99,13 @@ LM_FAILURE_PATH Block* take_failed(const Block* b);
 // The unlink comes before the tag is cleared, so an owner stopped in
 // between by fork() leaks the object in the child rather than leaving it
 // listed untagged.
+// Span::used is written only by whoever holds the span's heap, and read by
+// remote frees too (remote_push: does this run empty the span?), so its
+// writes are relaxed atomic stores (plain moves on x86).
+LM_INLINE void span_used_add(Span* s, uint32_t delta) {
+  __atomic_store_n(&s->used, s->used + delta, __ATOMIC_RELAXED);
+}
+
 LM_INLINE Block* take(Span* s, Block* b) {
   if constexpr (kChecks) {
     if (LM_UNLIKELY(!in_span(s, b))) return take_failed(b);
@@ -109,7 +116,7 @@ LM_INLINE Block* take(Span* s, Block* b) {
   } else {
     s->free = link_get(b);
   }
-  s->used++;
+  span_used_add(s, 1);
   return b;
 }
 

@@ -139,9 +139,10 @@ bool span_empty(const Span* s) {
 void move_head_ref(Heap* h, unsigned c, Span* to) {
   Span* from = h->head_ref[c];
   if (from == to) return;
-  if (to) to->used++;
+  if (to) span_used_add(to, 1);
   h->head_ref[c] = to;
-  if (from && --from->used == 0 && span_empty(from)) {
+  if (from) span_used_add(from, uint32_t(-1));
+  if (from && from->used == 0 && span_empty(from)) {
     queue_remove(h->queue[c], from);
     span_release(h, from);
   }
@@ -173,7 +174,7 @@ void collect_remote(Span* s) {
                                          std::memory_order_relaxed)) {
   }
   Block* list = reinterpret_cast<Block*>(old & ~kXfreeMask);
-  s->used -= s->xfree_count.exchange(0, std::memory_order_acquire);
+  span_used_add(s, -s->xfree_count.exchange(0, std::memory_order_acquire));
   if (s->free) {
     // Entries are validated as they are walked (and again when popped).
     uint32_t steps = 0;
@@ -242,7 +243,25 @@ void span_collect(Span* s) {
   if (!s->free && s->reserved < s->capacity) carve(s);
 }
 
-// Revives the spans other threads freed into while they were full.
+// A span of heap h's queues that came off its delayed stack: a remote free
+// found that its run left no object of the span outstanding (remote_push),
+// or h's own free queued it again after a remote free had notified it.
+// Its remote frees are collected, and an empty span goes back to the
+// backend now, where any class of any heap reuses its units, instead of
+// waiting in the queue behind spans with free objects, which the owner's
+// refills take first (issue #16: rptest held about as many such spans as
+// spans with live objects).  REQUIRES h held.
+void release_if_emptied(Heap* h, Span* s) {
+  collect_remote(s);
+  if (span_empty(s)) {
+    queue_remove(h->queue[s->cls], s);
+    queue_changed(h, s->cls);
+    span_release(h, s);
+  }
+}
+
+// Revives the spans other threads freed into while they were full, and
+// releases the ones their frees emptied.
 void process_delayed(Heap* h) {
   Span* s = h->delayed.exchange(nullptr, std::memory_order_acquire);
   while (s) {
@@ -254,6 +273,8 @@ void process_delayed(Heap* h) {
       queue_push_front(h->queue[s->cls], s);
       queue_changed(h, s->cls);
       h->stats.inc(HeapStat::delayed_spans);
+    } else {
+      release_if_emptied(h, s);
     }
     s = next;
   }
@@ -271,7 +292,7 @@ Span* span_new(Heap* h, unsigned c) {
   s->capacity = uint32_t(s->bytes / s->obj_size);
   s->reserved = 0;
   span_purge_init(s);
-  s->used = 0;
+  __atomic_store_n(&s->used, 0u, __ATOMIC_RELAXED);
   s->free = s->local_free = nullptr;
   s->xfree.store(0, std::memory_order_relaxed);
   s->xfree_count.store(0, std::memory_order_relaxed);
@@ -301,8 +322,9 @@ void local_free_attention(Heap* h, Span* s) {
 }
 
 // Remote free of a run of objects of span s, first..last (n objects, linked):
-// one CAS onto the span's xfree list.  Acquire too: the free that finds
-// NOTIFY writes `next_delayed`, which the owner (parking the span with
+// one CAS onto the span's xfree list.  Acquire too: the free that moves
+// the span to NOTIFIED (from NOTIFY, parked, or from NORMAL when the run
+// empties it) writes `next_delayed`, which the owner (parking the span with
 // acq_rel after it last read that field in process_delayed) must be ordered
 // before.
 // Returns true if the owner had nothing pending for the collector before.
@@ -316,19 +338,28 @@ void local_free_attention(Heap* h, Span* s) {
 // the count is harmless, and it must come after it so that a collection
 // that clears the flag also sees the run.
 bool remote_push(Heap* h, Span* s, Block* first, Block* last, uint32_t n) {
+  // Whether this run leaves no object of the span outstanding: then the
+  // owner is notified as for a parked span, and releases it
+  // (release_if_emptied).  Read before the push: once the run is counted
+  // the owner may release the span.  A racing owner or pusher makes the
+  // guess wrong either way: a span notified that is not empty is collected
+  // and stays; an empty one missed waits for its owner's walk or the
+  // collector, as before.
+  const bool empties =
+      s->xfree_count.load(std::memory_order_relaxed) + n == __atomic_load_n(&s->used, __ATOMIC_RELAXED);
   uintptr_t old = s->xfree.load(std::memory_order_relaxed);
-  uintptr_t state;
+  uintptr_t state, to;
   do {
     state = old & kXfreeMask;
+    to = state == kXfreeNotify || (state == kXfreeNormal && empties) ? kXfreeNotified : state;
     link_set(last, reinterpret_cast<Block*>(old & ~kXfreeMask));
-  } while (!s->xfree.compare_exchange_weak(
-      old, reinterpret_cast<uintptr_t>(first) | (state == kXfreeNotify ? kXfreeNotified : state),
-      std::memory_order_acq_rel, std::memory_order_relaxed));
+  } while (!s->xfree.compare_exchange_weak(old, reinterpret_cast<uintptr_t>(first) | to,
+                                           std::memory_order_acq_rel, std::memory_order_relaxed));
   Heap* owner = __atomic_load_n(&s->heap, __ATOMIC_RELAXED);
   s->xfree_count.fetch_add(n, std::memory_order_release);
   bool first_pending = !owner->remote_pending.load(std::memory_order_relaxed) &&
                        !owner->remote_pending.exchange(true, std::memory_order_relaxed);
-  if (state == kXfreeNotify) {
+  if (state != kXfreeNotified && to == kXfreeNotified) {
     Span* head = owner->delayed.load(std::memory_order_relaxed);
     do {
       s->next_delayed = head;
@@ -353,7 +384,7 @@ bool return_run(Heap* h, Span* s, Block* first, Block* last, uint32_t n) {
   if (__atomic_load_n(&s->heap, __ATOMIC_RELAXED) == h) {
     link_set(last, s->local_free);
     s->local_free = first;
-    s->used -= n;
+    span_used_add(s, -n);
     h->returned_bytes += uint64_t(n) * s->obj_size;
     if (s->used == 0 || s->in_full) local_free_attention(h, s);
     return false;
@@ -446,13 +477,16 @@ bool adopt_spans(Heap* h) {
       Span* next = s->next_delayed;
       s->next_delayed = nullptr;
       xfree_transition(s, kXfreeNotified, kXfreeNormal);
-      // Not parked any more: d's thread freed into it and queued it itself.
+      // Not parked: in d's queue (d's thread freed into it and queued it
+      // itself, or remote frees emptied it): d's to release if empty.
       if (s->in_full) {
         full_remove(d, s);
         __atomic_store_n(&s->heap, h, __ATOMIC_RELAXED);
         queue_push_back(h->queue[s->cls], s);
         queue_changed(h, s->cls);
         ++adopted;
+      } else {
+        release_if_emptied(d, s);
       }
       s = next;
     }

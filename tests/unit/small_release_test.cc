@@ -194,6 +194,46 @@ TEST_P(SmallRelease, AThreadAdoptsTheSpansAQuietOwnerWasFreedInto) {
   EXPECT_EQ(lm_check_invariants(), nullptr);
 }
 
+// This thread allocates, frees every other object itself (so each span is
+// in its queue, none parked full: the frees revived them) and returns its
+// cache; a worker frees the rest.  The run that returns a span's last
+// outstanding object notifies this thread (remote_push), whose next refill
+// gives those spans back to the backend (release_if_emptied), while its
+// queue still offers free objects in other spans: without the notice they
+// waited, full of remote frees, until a refill walked that far or the
+// collector came.  The current span keeps its phantom object and stays.
+TEST_P(SmallRelease, SpansEmptiedByRemoteFreesGoBackAtTheOwnersNextRefill) {
+  lm_thread_collect();
+  const uint64_t spans0 = stat("small_spans");
+  std::vector<void*> v(count());
+  for (auto& p : v) {
+    p = lm_malloc(GetParam());
+    ASSERT_NE(p, nullptr);
+    memset(p, 0x6e, GetParam());
+  }
+  const uint64_t grown = stat("small_spans") - spans0;
+  ASSERT_GE(grown, 4u);
+  for (size_t i = 1; i < v.size(); i += 2) lm_free(v[i]);
+  lm_thread_collect();  // the cache back to the spans: each one half full
+  ASSERT_EQ(stat("small_spans"), spans0 + grown) << "no span is empty yet";
+  const uint64_t released0 = stat("spans_released");
+  std::thread worker([&] {
+    for (size_t i = 0; i < v.size(); i += 2) lm_free(v[i]);
+    lm_thread_collect();  // its cache back to this thread's spans
+  });
+  worker.join();
+  // Nothing has run on this thread: the spans are all still its own.
+  EXPECT_EQ(stat("small_spans"), spans0 + grown);
+  void* p = lm_malloc(GetParam());  // a refill: the cache is empty
+  ASSERT_NE(p, nullptr);
+  EXPECT_GE(stat("spans_released") - released0, grown - 1);
+  EXPECT_LE(stat("small_spans"), spans0 + 1);
+  EXPECT_EQ(lm_check_invariants(), nullptr);
+  lm_free(p);
+  lm_thread_collect();
+  EXPECT_EQ(lm_check_invariants(), nullptr);
+}
+
 // A worker allocates, frees all but its last object itself and then
 // blocks: the objects it freed last stay in its cache's free stack, and
 // pin their span.  Freed in reverse order, those are the first objects, in
