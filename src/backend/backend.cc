@@ -175,7 +175,7 @@ Span* Backend::alloc(size_t bytes, size_t align, bool growing, bool may_grow) {
   LockGuard g(lock_);
   PublishOnExit publish{this};
   note_activity(now);
-  if (!admit(taken)) return nullptr;
+  if (!admit(taken, !units)) return nullptr;
   if (units) return alloc_units(unsigned(taken >> kUnitShift), growing, may_grow);
   return alloc_slots(taken >> kSlotShift, align, may_grow);
 }
@@ -185,7 +185,7 @@ Span* Backend::alloc_units_span(unsigned units) {
   LockGuard g(lock_);
   PublishOnExit publish{this};
   note_activity(now);
-  if (units == 0 || units > kUnitsPerSlot || !admit(size_t(units) * kUnitSize)) return nullptr;
+  if (units == 0 || units > kUnitsPerSlot || !admit(size_t(units) * kUnitSize, false)) return nullptr;
   return alloc_units(units, false, true);
 }
 
@@ -194,14 +194,14 @@ void Backend::note_activity(uint64_t now) {
   __atomic_store_n(&last_activity_ns_, now, __ATOMIC_RELAXED);
 }
 
-bool Backend::admit(size_t more) {
+bool Backend::admit(size_t more, bool huge) {
   uint64_t active = pages_.active.get() + more;
   uint64_t hard = hard_limit();
   if (hard && active > hard) {
     stats_->add(Stat::limit_failures, 1);
     return false;
   }
-  if (LM_UNLIKELY(hugepages_ && !huge_arenas_) && hugepages_pay(active)) advise_arenas_huge();
+  if (LM_UNLIKELY(hugepages_ && !huge_arenas_) && hugepages_pay(active, huge ? more : 0)) advise_arenas_huge();
   return true;
 }
 
@@ -212,13 +212,14 @@ bool Backend::admit(size_t more) {
 // not fill purged holes back in); withdrawn after a purge when they no
 // longer do.  A huge block's slots are advised when it is allocated
 // whatever the heap's size (it is one block, touched whole or nearly).
-// The facts: active bytes (with `active`, those about to be), and what the
+// The facts: active bytes (with `active`, those about to be; `more_huge`:
+// how many of those go to a huge block, not to unit slots), and what the
 // unit slots really hold, resident and not purged (active less huge blocks
 // and the pages purged inside spans, plus the RETAINED free units: a
 // purge's holes are what khugepaged fills, memory freed and kept is not),
 // against the unit slots' size.
-bool Backend::hugepages_pay(uint64_t active) const {
-  uint64_t huge = pages_.huge.get();
+bool Backend::hugepages_pay(uint64_t active, uint64_t more_huge) const {
+  uint64_t huge = pages_.huge.get() + more_huge;
   uint64_t in_units = active > huge ? active - huge : 0;
   uint64_t purged = pages_.span_purged.get();
   uint64_t held = (in_units > purged ? in_units - purged : 0) + pages_.retained.get();
@@ -394,7 +395,7 @@ bool Backend::resize(Span* s, size_t bytes) {
   LockGuard g(lock_);
   PublishOnExit publish{this};
   now_ = now;
-  if (bytes > s->bytes && !admit(align_up(bytes, kUnitSize) - s->bytes)) return false;
+  if (bytes > s->bytes && !admit(align_up(bytes, kUnitSize) - s->bytes, bytes > kMaxLarge)) return false;
   if (s->kind == SpanKind::kLarge && bytes > kMaxLarge) {
     // A large block alone in its slot, from its first unit, becomes a huge
     // block of that slot in place (and may then grow into the next slots):

@@ -357,12 +357,12 @@ class Backend {
   Span* alloc_slots(size_t nslots, size_t align, bool may_grow);
   void account_take(SlotMeta* m, uint32_t mask);
   // Whether `more_active_bytes` may be handed out (hard limit); starts the
-  // hugepage advice of every arena when active bytes reach
-  // Opt::hugepage_threshold.
-  bool admit(size_t more_active_bytes);
+  // hugepage advice of every arena when hugepages_pay says so (`huge`: the
+  // bytes go to a huge block, which does not fill the unit slots).
+  bool admit(size_t more_active_bytes, bool huge);
   void advise_arenas_huge();
   void withdraw_arenas_huge();
-  bool hugepages_pay(uint64_t active) const;
+  bool hugepages_pay(uint64_t active, uint64_t more_huge = 0) const;
   void review_hugepages_locked();
   void advise_slots_huge(SlotMeta* first, size_t nslots);
   void note_activity(uint64_t now);  // sets now_ and last_activity_ns_

@@ -106,10 +106,12 @@ enum class OptKind : uint8_t { kBool, kInt, kSize, kMillis, kEnum };
     "enough (hugepage_threshold) and dense; withdrawn (`MADV_NOHUGEPAGE`) when purges leave "  \
     "its slots less than a quarter full, so that khugepaged does not fill the purged holes "  \
     "back in; a huge block's slots are advised at once")                                     \
-  X(hugepage_threshold, kSize, 4 << 20, 0, int64_t(1) << 50, nullptr,                      \
-    "active bytes from which arenas are advised MADV_HUGEPAGE: below it a small program "   \
-    "keeps 4 KiB pages (a hugepage faults in 2 MiB at the first touch of a slot); from it " \
-    "on, untouched slots fault in hugepages (about 50x fewer faults)")                      \
+  X(hugepage_threshold, kSize, 16 << 20, 0, int64_t(1) << 50, nullptr,                     \
+    "active bytes from which arenas are advised MADV_HUGEPAGE (with their unit slots at "  \
+    "least half full): below it a program keeps 4 KiB pages (a hugepage faults in 2 MiB "  \
+    "at the first touch of a slot, resident even where the slot is touched sparsely); "    \
+    "from it on, untouched slots fault in hugepages (about 50x fewer faults, fewer TLB "   \
+    "misses)")                                                                              \
   X(huge_retain, kSize, 64 << 20, 0, int64_t(1) << 50, nullptr,                            \
     "a freed huge block (over 1 MiB) stays resident for reuse while the allocator's "      \
     "retained bytes stay within this budget (doubled for each hysteresis step of its "     \

@@ -329,6 +329,65 @@ TEST_F(BackendTest, HugepageAdviceIsWithdrawnWhenPurgesLeaveTheHeapSparse) {
   EXPECT_EQ(backend->check_invariants(), nullptr);
 }
 
+// When hugepages start (issue #16): under the default threshold a dense
+// heap of 12 MiB (xmalloc's and larson's peaks are 7-11 MiB active) keeps
+// 4 KiB pages; a heap past the threshold whose unit slots are sparse (one
+// unit left in each after a purge, a huge block making up the bytes) gets
+// advice for the huge block's own slots only; the same unit slots filled
+// densely bring the whole arena's advice, once.
+TEST_F(BackendTest, HugepageAdviceWaitsForABigHeapWithDenseUnitSlots) {
+  const int64_t threshold = kOptionInfo[unsigned(Opt::hugepage_threshold)].def;
+  ASSERT_EQ(threshold, int64_t(16 * kMiB));
+  set(Opt::hugepage_threshold, threshold);
+  backend->init(fake.get(), stats.get(), 64 * kMiB, true);
+  using Advice = std::vector<std::tuple<uintptr_t, size_t, bool>>;
+  size_t seen = 0;
+  auto huge_advice_since = [&] {
+    Advice out;
+    for (size_t i = seen; i < fake.hugepage_advice.size(); ++i) {
+      const auto& c = fake.hugepage_advice[i];
+      if (c.huge) out.emplace_back(reinterpret_cast<uintptr_t>(c.addr), c.len, c.huge);
+    }
+    seen = fake.hugepage_advice.size();
+    return out;
+  };
+  std::vector<Span*> units;
+  for (unsigned i = 0; i < 6 * kUnitsPerSlot; ++i) {  // 12 MiB in six whole slots: dense, small
+    units.push_back(backend->alloc(kUnitSize, 16));
+    ASSERT_NE(units.back(), nullptr);
+  }
+  ASSERT_EQ(fake.reservations.size(), 1u);
+  const uintptr_t arena = reinterpret_cast<uintptr_t>(fake.reservations[0].first);
+  EXPECT_TRUE(huge_advice_since().empty());
+  EXPECT_EQ(stats->get(Stat::hugepage_advice), 0u);
+
+  // One unit left in each slot, the rest purged: 384 KiB held over 12 MiB.
+  for (unsigned i = 0; i < units.size(); ++i) {
+    if (i % kUnitsPerSlot != 0) backend->release(units[i]);
+  }
+  fake.advance_ms(int(option(Opt::partial_decay_ms)) + 100);
+  EXPECT_GT(purger->decay_pass(fake.now_ns), 0u);
+  Span* h = backend->alloc(16 * kMiB, 16);  // active past the threshold, unit slots sparse
+  ASSERT_NE(h, nullptr);
+  ASSERT_GE(stats->get(Stat::active_bytes), uint64_t(threshold));
+  const uintptr_t h_start = reinterpret_cast<uintptr_t>(h->start);
+  EXPECT_EQ(huge_advice_since(), (Advice{{h_start, 16 * kMiB, true}}));
+  EXPECT_EQ(stats->get(Stat::hugepage_advice), 0u);
+
+  // The sparse slots filled again: half full is enough, the arena is advised whole.
+  std::vector<Span*> again;
+  for (unsigned i = 0; i < 3 * kUnitsPerSlot; ++i) {
+    again.push_back(backend->alloc(kUnitSize, 16));
+    ASSERT_NE(again.back(), nullptr);
+  }
+  EXPECT_EQ(huge_advice_since(), (Advice{{arena, 64 * kMiB, true}}));
+  EXPECT_EQ(stats->get(Stat::hugepage_advice), 1u);
+  for (unsigned i = 0; i < units.size(); i += kUnitsPerSlot) backend->release(units[i]);
+  for (Span* s : again) backend->release(s);
+  backend->release(h);
+  EXPECT_EQ(backend->check_invariants(), nullptr);
+}
+
 TEST_F(BackendTest, HugepageAdviceIsOffWithTheOption) {
   set(Opt::hugepage_threshold, 0);
   backend->init(fake.get(), stats.get(), 64 * kMiB, false);
