@@ -263,15 +263,19 @@ Span* Backend::alloc_slots(size_t nslots, size_t align, bool may_grow) {
   return s;
 }
 
-Span* Backend::alloc(size_t bytes, size_t align, bool growing, bool may_grow) {
+Span* Backend::alloc(size_t bytes, size_t align, bool growing, bool may_grow, Span* give_back) {
   if (bytes == 0) bytes = 1;
-  if (bytes > kMaxRequest) return nullptr;
   uint64_t now = platform_->now_ns(platform_->ctx);
-  bool units = bytes <= kMaxLarge && align <= kUnitSize;
-  size_t taken = units ? align_up(bytes, kUnitSize) : align_up(bytes, kSlotSize);
   LockGuard g(lock_);
   PublishOnExit publish{this};
   note_activity(now);
+  if (give_back) {
+    release_units(give_back, false, now);
+    spans_.free(give_back);
+  }
+  if (bytes > kMaxRequest) return nullptr;
+  bool units = bytes <= kMaxLarge && align <= kUnitSize;
+  size_t taken = units ? align_up(bytes, kUnitSize) : align_up(bytes, kSlotSize);
   if (!admit(taken)) return nullptr;
   if (units) return alloc_units(unsigned(taken >> kUnitShift), growing, may_grow, true);
   return alloc_slots(taken >> kSlotShift, align, may_grow);
@@ -415,24 +419,28 @@ uint64_t Backend::release(Span* s, bool contents_gone) {
       release_huge_stats(s);
       release_slots(s->slot, s->nslots, now, contents_gone);
     } else {
-      SlotMeta* parts[2];
-      uint32_t masks[2];
-      unsigned np = unit_parts(s, parts, masks);
-      for (unsigned k = 0; k < np; ++k) {
-        SlotMeta* m = parts[k];
-        uint32_t mask = masks[k];
-        for (uint32_t b = mask; b; b &= b - 1) m->unit_span[ctz32(b)] = nullptr;
-        m->used &= ~mask;
-        if (!contents_gone) m->retained |= mask;
-        pages_sub(Stat::active_bytes, units_bytes(mask));
-        pages_add(contents_gone ? Stat::clean_bytes : Stat::retained_bytes, units_bytes(mask));
-        dirty_touch(m, now);
-        if (m->used == 0) slot_units_to_free_run(m, now); else partial_add(m);
-      }
+      release_units(s, contents_gone, now);
     }
   }
   spans_.free(s);
   return now;
+}
+
+void Backend::release_units(Span* s, bool contents_gone, uint64_t now) {
+  SlotMeta* parts[2];
+  uint32_t masks[2];
+  unsigned np = unit_parts(s, parts, masks);
+  for (unsigned k = 0; k < np; ++k) {
+    SlotMeta* m = parts[k];
+    uint32_t mask = masks[k];
+    for (uint32_t b = mask; b; b &= b - 1) m->unit_span[ctz32(b)] = nullptr;
+    m->used &= ~mask;
+    if (!contents_gone) m->retained |= mask;
+    pages_sub(Stat::active_bytes, units_bytes(mask));
+    pages_add(contents_gone ? Stat::clean_bytes : Stat::retained_bytes, units_bytes(mask));
+    dirty_touch(m, now);
+    if (m->used == 0) slot_units_to_free_run(m, now); else partial_add(m);
+  }
 }
 
 bool Backend::release_huge(Span* s, uint64_t retain_budget, SlotRun* run, uint64_t* now_out) {

@@ -215,7 +215,10 @@ class Backend {
   // slot, where it can grow in place and become huge without a copy.
   // `may_grow` false: fail rather than reserve a new arena (the caller first
   // waits for address space in release, see purge/release.h).
-  Span* alloc(size_t bytes, size_t align, bool growing = false, bool may_grow = true);
+  // `give_back`: a unit run (no huge block) to release first, in the same
+  // lock hold, as release() would (RETAINED); the new run may take its
+  // units.  It is released whatever the outcome.
+  Span* alloc(size_t bytes, size_t align, bool growing = false, bool may_grow = true, Span* give_back = nullptr);
   // A run of `units` (1..32) units inside one slot, 64 KiB-aligned, for a
   // small-object span (the frontend sets its kind and geometry).
   Span* alloc_units_span(unsigned units);
@@ -355,6 +358,7 @@ class Backend {
   void release_huge_stats(const Span* s);
   // `straddle`: the run may continue into the next slot (large blocks).
   Span* alloc_units(unsigned n, bool fresh_slot, bool may_grow, bool straddle);
+  void release_units(Span* s, bool contents_gone, uint64_t now);  // a unit run; the record stays
   // The partial slot and first unit for a run of `n` units (see
   // backend.cc; with `straddle` the run may end in the next slot); false
   // when no partial slot has room.
