@@ -215,6 +215,32 @@ TEST_F(BackendTest, LargeBlocksRunAcrossASlotBoundary) {
   EXPECT_EQ(backend->check_invariants(), nullptr);
 }
 
+// Backend::alloc's give_back (the large cache's evicted block): released in
+// the same lock hold, before the new run is chosen, which may take its
+// resident units.
+TEST_F(BackendTest, AllocGivesBackABlockFirstAndMayReuseItsUnits) {
+  Span* old_block = backend->alloc(8 * kUnitSize, 16);
+  Span* fence = backend->alloc(4 * kUnitSize, 16);
+  char* where = old_block->start;
+  const uint64_t active = st(Stat::active_bytes);
+  Span* fresh = backend->alloc(8 * kUnitSize, 16, false, true, old_block);
+  ASSERT_NE(fresh, nullptr);
+  EXPECT_EQ(fresh->start, where);
+  EXPECT_FALSE(fresh->zero);
+  EXPECT_EQ(st(Stat::active_bytes), active);
+  EXPECT_EQ(st(Stat::retained_bytes), 0u);
+  EXPECT_EQ(st(Stat::reuse_retained_bytes), 8 * kUnitSize);
+  EXPECT_EQ(backend->check_invariants(), nullptr);
+  // Given back whatever the outcome: a request the hard limit refuses.
+  backend->set_hard_limit(active);
+  EXPECT_EQ(backend->alloc(16 * kUnitSize, 16, false, true, fresh), nullptr);
+  EXPECT_EQ(st(Stat::active_bytes), 4 * kUnitSize);
+  EXPECT_EQ(st(Stat::retained_bytes), 8 * kUnitSize);
+  backend->set_hard_limit(0);
+  backend->release(fence);
+  EXPECT_EQ(backend->check_invariants(), nullptr);
+}
+
 TEST_F(BackendTest, HugeBlocksAreSlotRunsHonouringAlignment) {
   Span* h = backend->alloc(5 * kMiB, 16);
   ASSERT_NE(h, nullptr);
