@@ -215,7 +215,10 @@ class Backend {
   // slot, where it can grow in place and become huge without a copy.
   // `may_grow` false: fail rather than reserve a new arena (the caller first
   // waits for address space in release, see purge/release.h).
-  Span* alloc(size_t bytes, size_t align, bool growing = false, bool may_grow = true);
+  // `give_back`: a unit run (no huge block) to release first, in the same
+  // lock hold, as release() would (RETAINED); the new run may take its
+  // units.  It is released whatever the outcome.
+  Span* alloc(size_t bytes, size_t align, bool growing = false, bool may_grow = true, Span* give_back = nullptr);
   // A run of `units` (1..32) units inside one slot, 64 KiB-aligned, for a
   // small-object span (the frontend sets its kind and geometry).
   Span* alloc_units_span(unsigned units);
@@ -353,7 +356,17 @@ class Backend {
   void remove_free_run(SlotMeta* head);
   void release_slots(SlotMeta* first, size_t nslots, uint64_t now, bool clean);
   void release_huge_stats(const Span* s);
-  Span* alloc_units(unsigned n, bool fresh_slot, bool may_grow);
+  // `straddle`: the run may continue into the next slot (large blocks).
+  Span* alloc_units(unsigned n, bool fresh_slot, bool may_grow, bool straddle);
+  void release_units(Span* s, bool contents_gone, uint64_t now);  // a unit run; the record stays
+  // The partial slot and first unit for a run of `n` units (see
+  // backend.cc; with `straddle` the run may end in the next slot); false
+  // when no partial slot has room.
+  bool choose_units(unsigned n, bool straddle, SlotMeta** slot, unsigned* idx) const;
+  UnitFit straddle_fit(const SlotMeta* p, unsigned n) const;
+  unsigned unit_parts(const Span* s, SlotMeta* slots[2], uint32_t masks[2]) const;
+  void take_unit_slot(SlotMeta* head);
+  static constexpr unsigned kFitScan = 64;
   Span* alloc_slots(size_t nslots, size_t align, bool may_grow);
   void account_take(SlotMeta* m, uint32_t mask);
   // Whether `more_active_bytes` may be handed out (hard limit); starts the

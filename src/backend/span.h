@@ -1,4 +1,5 @@
-// Span: a run of units inside one slot, or of whole slots, handed out by the
+// Span: a run of units inside one slot (a large block may run on into the
+// next slot of its arena), or of whole slots, handed out by the
 // backend.  The record lives in allocator metadata, never inside the memory
 // it describes, so a user's overflow cannot reach it.
 //
@@ -67,7 +68,7 @@ struct alignas(64) Span {
   uint32_t check_limit;
   SlotMeta* slot;       // first slot
   size_t nslots;        // huge spans: slots in the run
-  uint32_t first_unit;  // unit spans: first unit and count within `slot`
+  uint32_t first_unit;  // unit spans: first unit in `slot` and count (a large block may run on into the next slot)
   uint16_t nunits;
   uint8_t cls;          // size class
   SpanKind kind;

@@ -31,6 +31,49 @@ inline int find_zero_run(uint32_t used, unsigned n) {
   return acc ? int(ctz32(acc)) : -1;
 }
 
+// Where a run of `n` units would go in a slot with `used` units taken, of
+// which free ones in `resident` are resident (RETAINED or LAZY): among the
+// slot's maximal free runs (holes) of at least `n` units, the window at
+// either end of a hole (a hole is never split in three) with the fewest
+// units outside `resident` (`fresh`: new memory), then the smallest hole
+// (`spare`: units the hole keeps), then the lowest index.  For
+// Backend::choose_units.
+struct UnitFit {
+  unsigned index = 0;
+  unsigned fresh = 33;  // 33: nothing fits
+  unsigned spare = 0;
+  bool found() const { return fresh <= 32; }
+  bool better_than(const UnitFit& o) const { return fresh != o.fresh ? fresh < o.fresh : spare < o.spare; }
+  bool perfect() const { return fresh == 0 && spare == 0; }
+};
+inline UnitFit fit_units(uint32_t used, uint32_t resident, unsigned n) {
+  UnitFit best;
+  if (n == 0 || n > 32) return best;
+  uint32_t free = ~used;
+  while (free) {
+    unsigned start = ctz32(free);
+    // The hole: free bits from `start` up to the next used bit (or bit 32).
+    uint32_t above = start == 0 ? free : free >> start;
+    unsigned len = ~above == 0 ? 32 - start : ctz32(~above);
+    if (len > 32 - start) len = 32 - start;
+    if (len >= n) {
+      unsigned spare = len - n;
+      // The hole's low end, then (if it differs) its high end.
+      for (unsigned at = start;; at += spare) {
+        UnitFit f;
+        f.index = at;
+        f.fresh = popcount32(bit_range(at, n) & ~resident);
+        f.spare = spare;
+        if (!best.found() || f.better_than(best)) best = f;
+        if (spare == 0 || at != start) break;
+      }
+    }
+    if (start + len >= 32) break;
+    free &= ~bit_range(start, len);
+  }
+  return best;
+}
+
 #define LM_LIKELY(x) __builtin_expect(!!(x), 1)
 #define LM_UNLIKELY(x) __builtin_expect(!!(x), 0)
 #define LM_NOINLINE __attribute__((noinline))

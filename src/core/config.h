@@ -6,7 +6,8 @@
 //   unit   a 64 KiB piece of a slot (32 per slot): the granule in which
 //          small-object spans and large blocks are carved from a slot, and
 //          the granule of page-state tracking.
-//   span   a run of units (inside one slot) or of whole slots (a huge block)
+//   span   a run of units (inside one slot; a large block may run on into
+//          the next) or of whole slots (a huge block)
 //          handed out by the backend.  A small span is cut into objects of
 //          one size class; a large or huge span is one object.
 //   arena  one contiguous reservation of address space, a whole number of
@@ -32,7 +33,8 @@ inline constexpr size_t kSlotSize = size_t{1} << kSlotShift;   // 2 MiB
 inline constexpr unsigned kUnitsPerSlot = kSlotSize / kUnitSize;  // 32
 
 // Objects up to kMaxSmall come from per-thread heaps; up to kMaxLarge they are
-// unit runs inside a slot; beyond that they are runs of whole slots.
+// unit runs inside a slot (or across the boundary into the next unit slot);
+// beyond that they are runs of whole slots.
 inline constexpr size_t kMaxSmall = 256 * 1024;
 inline constexpr size_t kMaxLarge = 1024 * 1024;
 

@@ -65,7 +65,8 @@ constexpr size_t bin_slot_offset(unsigned c) {
 inline constexpr size_t kBinSlots = bin_slot_offset(kSmallClasses);
 
 // A thread's cache of freed large blocks (above kMaxSmall up to kMaxLarge)
-// holds at most this many, and at most option large_cache bytes.
+// holds at most this many, and at most option large_cache bytes, or half
+// the large bytes the thread holds live if that is less (large.cc).
 inline constexpr uint32_t kLargeCacheSlots = 8;
 
 inline constexpr uint64_t kBackgroundAfterBytes = uint64_t(1) << 20;
@@ -159,7 +160,15 @@ struct Heap {
   // last (large.cc).  REQUIRES busy or claimed.
   Span* large_cache[kLargeCacheSlots] = {};
   uint32_t large_cached = 0;
-  uint64_t large_cache_bytes = 0;
+  uint64_t large_cache_bytes = 0;  // of the blocks in large_cache (not large_evicted)
+  // The block the cache evicted last, still marked cached (a second free
+  // aborts): the next miss gives it back in the same backend lock hold as
+  // its allocation, whose run may then take its units.
+  Span* large_evicted = nullptr;
+  // Large bytes the thread allocated less those it freed, never below 0
+  // (others' frees of its blocks count on their heaps, down to 0): the
+  // cache holds at most half of it (large_cache_cap).  Written by the thread.
+  uint64_t large_live = 0;
 };
 
 // ---- allocation API (what override/ exports under the standard names) ----

@@ -11,14 +11,30 @@ namespace lazymalloc::detail {
 
 namespace {
 
-Span* backend_alloc(size_t size, size_t align, bool growing) {
+// After a block went back through Backend::alloc: what release_to_backend
+// does after Backend::release (the purger's limits and inline decay, the
+// background thread).
+void give_back_done(Span* given) {
+  if (given) g.purger.after_release(g.backend.last_activity_ns(), background_ensure());
+}
+
+// `give_back`: a block the large cache evicted, released in the same lock
+// hold (Backend::alloc), then handed to the purger as release_to_backend
+// does.
+Span* backend_alloc(size_t size, size_t align, bool growing, Span* give_back) {
+  Span* s = nullptr;
   if (LM_UNLIKELY(g.releaser.inflight_bytes() != 0)) {
     // Address space is on its way back: rather than reserve and fault in
     // fresh memory, help finish the releases and reuse it.
-    if (Span* s = g.backend.alloc(size, align, growing, false)) return s;
+    s = g.backend.alloc(size, align, growing, false, give_back);
+    give_back_done(give_back);
+    if (s) return s;
+    give_back = nullptr;
     g.releaser.help(true);
   }
-  return g.backend.alloc(size, align, growing);
+  s = g.backend.alloc(size, align, growing, true, give_back);
+  give_back_done(give_back);
+  return s;
 }
 
 // The thread's cache of freed large blocks (Heap::large_cache): a free
@@ -35,39 +51,82 @@ inline bool large_cacheable(size_t size, size_t align, Heap* h) {
   return size > kMaxSmall && size <= kMaxLarge && align <= kUnitSize && !g_secure && h != &g_empty_heap;
 }
 
-// REQUIRES h held: entry i leaves the cache (the later ones move down).
-Span* large_cache_remove(Heap* h, uint32_t i) {
+// A cached (or evicted) block is no longer counted as cached.
+void large_uncount(Heap* h, Span* s) {
+  s->cached = 0;
+  large_count(h, Folded::large_cache_bytes, -s->bytes);
+  timeline_cached(-int64_t(s->bytes));
+}
+
+// REQUIRES h held: entry i leaves the cache (the later ones move down),
+// still counted in large_cache_bytes (the statistic).
+Span* large_cache_unlist(Heap* h, uint32_t i) {
   Span* s = h->large_cache[i];
   for (uint32_t k = i; k + 1 < h->large_cached; ++k) h->large_cache[k] = h->large_cache[k + 1];
   h->large_cached--;
   h->large_cache_bytes -= s->bytes;
-  s->cached = 0;
-  large_count(h, Folded::large_cache_bytes, -s->bytes);
-  timeline_cached(-int64_t(s->bytes));
   return s;
 }
 
-Span* large_cache_take(Heap* h, size_t size) {
+// REQUIRES h held: the evicted block, if any, leaves the heap; the caller
+// gives it back to the backend.
+Span* large_evicted_take(Heap* h) {
+  Span* s = h->large_evicted;
+  if (s) {
+    h->large_evicted = nullptr;
+    large_uncount(h, s);
+  }
+  return s;
+}
+
+// A hit, or nullptr and *give_back: the evicted block for the backend
+// allocation that follows (Backend::alloc releases it in the same lock
+// hold, so that a miss costs one lock hold, not two).
+Span* large_cache_take(Heap* h, size_t size, Span** give_back) {
   HeapGuard guard(h);
   for (uint32_t i = h->large_cached; i-- > 0;) {
     const Span* s = h->large_cache[i];
     if (s->bytes < size || s->bytes > 2 * size) continue;
     large_count(h, Folded::large_cache_hits, 1);
-    return large_cache_remove(h, i);
+    Span* hit = large_cache_unlist(h, i);
+    large_uncount(h, hit);
+    return hit;
   }
+  *give_back = large_evicted_take(h);
   return nullptr;
 }
 
-// REQUIRES h held: the oldest cached block leaves the cache, to the
+// REQUIRES h held: the oldest cached block leaves the cache and waits for
+// the next miss as the evicted block; the one that waited goes to the
 // backend once h is let go.
 void large_cache_evict(Heap* h) {
-  Span* s = large_cache_remove(h, 0);
-  s->next = h->to_release;
-  h->to_release = s;
+  Span* older = large_evicted_take(h);
+  if (older) {
+    older->next = h->to_release;
+    h->to_release = older;
+  }
+  h->large_evicted = large_cache_unlist(h, 0);
+}
+
+// A large block of `bytes` leaves h's thread's hands: others' blocks that
+// it frees take its count down to 0 at most (a consumer thread's cache would
+// otherwise stay at its least for good).
+inline void large_live_sub(Heap* h, uint64_t bytes) { h->large_live = h->large_live > bytes ? h->large_live - bytes : 0; }
+
+// The cache's byte bound for h: the option, but at most half of the large
+// bytes the thread holds live (and at least the largest block), so that it
+// grows with the thread's use and costs a thread with few large blocks
+// little: a thread churning 5 MiB of large blocks held 4 MiB more in its
+// cache, a third of its peak (large-churn-1t).
+uint64_t large_cache_cap(const Heap* h) {
+  uint64_t cap = uint64_t(option(Opt::large_cache));
+  uint64_t half = h->large_live / 2;
+  if (half < kMaxLarge) half = kMaxLarge;
+  return half < cap ? half : cap;
 }
 
 bool large_cache_put(Heap* h, Span* s) {
-  uint64_t cap = uint64_t(option(Opt::large_cache));
+  uint64_t cap = large_cache_cap(h);
   if (s->bytes > cap) return false;
   HeapGuard guard(h);
   while (h->large_cached == kLargeCacheSlots || h->large_cache_bytes + s->bytes > cap) large_cache_evict(h);
@@ -84,13 +143,18 @@ bool large_cache_put(Heap* h, Span* s) {
 
 void large_cache_drain(Heap* h) {
   while (h->large_cached) large_cache_evict(h);
+  if (Span* s = large_evicted_take(h)) {
+    s->next = h->to_release;
+    h->to_release = s;
+  }
 }
 
 void* alloc_large(size_t size, size_t align, bool* zero, bool growing) {
   Span* s = nullptr;
-  if (large_cacheable(size, align, tl_heap)) s = large_cache_take(tl_heap, size);
+  Span* give_back = nullptr;
+  if (large_cacheable(size, align, tl_heap)) s = large_cache_take(tl_heap, size, &give_back);
   // Secure mode: room for the guard page (size <= kMaxRequest: no overflow).
-  if (!s) s = backend_alloc(g_secure ? size + kOsPageSize : size, align, growing);
+  if (!s) s = backend_alloc(g_secure ? size + kOsPageSize : size, align, growing, give_back);
   if (!s) {
     pal::set_errno(ENOMEM);
     return nullptr;
@@ -102,6 +166,7 @@ void* alloc_large(size_t size, size_t align, bool* zero, bool growing) {
   if (s->kind == SpanKind::kLarge) {
     large_count(tl_heap, Folded::large_allocs, 1);
     large_count(tl_heap, Folded::large_blocks, 1);
+    if (tl_heap != &g_empty_heap) tl_heap->large_live += s->bytes;
   }
   if (zero) *zero = s->zero;
   if (g_secure) {
@@ -146,6 +211,7 @@ LM_NOINLINE void free_generic(void* p, Span* s) {
   heap_count(h, HeapStat::large_frees);
   if (s->kind == SpanKind::kLarge) {
     large_count(h, Folded::large_blocks, uint64_t(-1));
+    if (h != &g_empty_heap) large_live_sub(h, s->bytes);
     if (large_cacheable(s->bytes, 0, h) && !s->guard && large_cache_put(h, s)) return;
   }
   if (s->guard) g_platform->protect(g_platform->ctx, s->start + s->bytes - kOsPageSize, kOsPageSize, true);
@@ -181,9 +247,14 @@ bool move_huge(Span* s, void* q) {
 bool large_resize(Span* s, size_t size) {
   if (s->kind == SpanKind::kSmall || size <= kMaxSmall || s->guard) return false;
   SpanKind before = s->kind;
+  size_t bytes = s->bytes;
   if (!g.backend.resize(s, size)) return false;
-  if (before == SpanKind::kLarge && s->kind == SpanKind::kHuge) {
-    large_count(tl_heap, Folded::large_blocks, uint64_t(-1));
+  if (before == SpanKind::kLarge) {
+    if (s->kind == SpanKind::kHuge) large_count(tl_heap, Folded::large_blocks, uint64_t(-1));
+    if (tl_heap != &g_empty_heap) {
+      large_live_sub(tl_heap, bytes);
+      if (s->kind == SpanKind::kLarge) tl_heap->large_live += s->bytes;
+    }
   }
   return true;
 }

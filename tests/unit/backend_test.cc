@@ -109,6 +109,138 @@ TEST_F(BackendTest, ReuseOfRetainedMemoryIsNotZeroAndIsCounted) {
   backend->release(b);
 }
 
+// Unit runs go where they cost the fewest CLEAN units, then into the
+// smallest hole (Backend::choose_units), not into the lowest hole that fits.
+TEST_F(BackendTest, UnitRunsPreferResidentUnitsThenTheSmallestHole) {
+  // One slot: big [0,8), d [8,10), small [10,14), rest [14,30).
+  Span* big = backend->alloc(8 * kUnitSize, 16);
+  Span* d = backend->alloc(2 * kUnitSize, 16);
+  Span* small = backend->alloc(4 * kUnitSize, 16);
+  Span* rest = backend->alloc(16 * kUnitSize, 16);
+  ASSERT_EQ(rest->slot, big->slot);
+  ASSERT_EQ(rest->first_unit, 14u);
+  char* small_at = small->start;
+  backend->release(big);
+  backend->release(small);
+  // Both holes are RETAINED (and [30,32) CLEAN); the exact one wins (first
+  // fit took unit 0).
+  Span* a = backend->alloc(4 * kUnitSize, 16);
+  EXPECT_EQ(a->start, small_at);
+  EXPECT_FALSE(a->zero);
+  backend->release(a);
+  backend->release(d);
+  backend->release(rest);
+  EXPECT_EQ(backend->check_invariants(), nullptr);
+
+  // A hole of CLEAN units with RETAINED ones at its top: the run goes to
+  // the top.  keep [0,12), mid [12,28) purged while top [28,32) is live
+  // (the slot went back to the free runs, and is taken again from unit 0).
+  Span* keep = backend->alloc(12 * kUnitSize, 16);
+  Span* mid = backend->alloc(16 * kUnitSize, 16);
+  Span* top = backend->alloc(4 * kUnitSize, 16);
+  ASSERT_EQ(top->slot, keep->slot);
+  ASSERT_EQ(top->first_unit, 28u);
+  char* top_at = top->start;
+  backend->release(mid);
+  EXPECT_EQ(purger->purge_all(true), 16 * kUnitSize);  // mid's units: CLEAN
+  ASSERT_EQ(st(Stat::retained_bytes), 0u);
+  backend->release(top);
+  uint64_t clean_before = st(Stat::reuse_clean_bytes);
+  Span* b = backend->alloc(4 * kUnitSize, 16);
+  EXPECT_EQ(b->start, top_at) << "the RETAINED end of the hole, not its CLEAN start";
+  EXPECT_EQ(st(Stat::reuse_clean_bytes), clean_before);
+  EXPECT_FALSE(b->zero);
+  // The CLEAN hole still serves a run that needs one, from its low end.
+  Span* c = backend->alloc(8 * kUnitSize, 16);
+  EXPECT_EQ(c->slot, keep->slot);
+  EXPECT_EQ(c->first_unit, 12u);
+  EXPECT_TRUE(c->zero);
+  EXPECT_EQ(st(Stat::reuse_clean_bytes), clean_before + 8 * kUnitSize);
+  EXPECT_EQ(backend->check_invariants(), nullptr);
+  backend->release(b);
+  backend->release(c);
+  backend->release(keep);
+  EXPECT_EQ(backend->check_invariants(), nullptr);
+}
+
+// A large block may run from the top of one unit slot into the bottom of
+// the next; a small span never does, and such a block keeps its size.
+TEST_F(BackendTest, LargeBlocksRunAcrossASlotBoundary) {
+  Span* low = backend->alloc(16 * kUnitSize, 16);   // slot 0 [0,16)
+  Span* low2 = backend->alloc(12 * kUnitSize, 16);  // slot 0 [16,28)
+  Span* first = backend->alloc(8 * kUnitSize, 16);  // no room: slot 1 [0,8)
+  Span* fill = backend->alloc(16 * kUnitSize, 16);  // slot 1 [8,24)
+  Span* fill2 = backend->alloc(8 * kUnitSize, 16);  // slot 1 [24,32)
+  ASSERT_EQ(low2->slot, low->slot);
+  ASSERT_EQ(first->slot, low->slot + 1);
+  ASSERT_EQ(fill->slot, first->slot);
+  ASSERT_EQ(fill2->slot, first->slot);
+  ASSERT_EQ(fill2->first_unit, 24u);
+  backend->release(first);  // free: slot 0 [28,32) and slot 1 [0,8)
+  uint64_t reserved = st(Stat::reserved_bytes);
+  uint64_t clean_before = st(Stat::reuse_clean_bytes);
+  Span* across = backend->alloc(12 * kUnitSize, 16);
+  ASSERT_NE(across, nullptr);
+  EXPECT_EQ(across->slot, low->slot);
+  EXPECT_EQ(across->first_unit, 28u);
+  EXPECT_EQ(across->nunits, 12u);
+  EXPECT_EQ(across->start, low->start + 28 * kUnitSize);
+  EXPECT_FALSE(across->zero);  // 8 of its units were RETAINED
+  EXPECT_EQ(st(Stat::reuse_clean_bytes) - clean_before, 4 * kUnitSize);
+  EXPECT_EQ(st(Stat::reserved_bytes), reserved);
+  for (size_t off = 0; off < across->bytes; off += kUnitSize) EXPECT_EQ(backend->span_of(across->start + off), across);
+  EXPECT_EQ(backend->span_of(across->start + across->bytes), fill);
+  EXPECT_EQ(backend->check_invariants(), nullptr);
+  EXPECT_FALSE(backend->resize(across, 8 * kUnitSize));
+  EXPECT_FALSE(backend->resize(across, 16 * kUnitSize));
+  EXPECT_EQ(across->nunits, 12u);
+  // The same hole again, for a small span: a fresh slot instead.
+  backend->release(across);
+  EXPECT_EQ(backend->span_of(low->start + 28 * kUnitSize), nullptr);
+  EXPECT_EQ(backend->span_of(reinterpret_cast<void*>(fill->slot->base)), nullptr);
+  EXPECT_EQ(backend->check_invariants(), nullptr);
+  Span* span = backend->alloc_units_span(12);
+  ASSERT_NE(span, nullptr);
+  EXPECT_NE(span->slot, low->slot);
+  EXPECT_NE(span->slot, fill->slot);
+  EXPECT_EQ(span->first_unit, 0u);
+  span->kind = SpanKind::kSmall;
+  backend->release(span);
+  // Both slots empty out and go back to the free runs.
+  backend->release(low);
+  backend->release(low2);
+  backend->release(fill);
+  backend->release(fill2);
+  EXPECT_EQ(st(Stat::active_bytes), 0u);
+  EXPECT_EQ(backend->check_invariants(), nullptr);
+}
+
+// Backend::alloc's give_back (the large cache's evicted block): released in
+// the same lock hold, before the new run is chosen, which may take its
+// resident units.
+TEST_F(BackendTest, AllocGivesBackABlockFirstAndMayReuseItsUnits) {
+  Span* old_block = backend->alloc(8 * kUnitSize, 16);
+  Span* fence = backend->alloc(4 * kUnitSize, 16);
+  char* where = old_block->start;
+  const uint64_t active = st(Stat::active_bytes);
+  Span* fresh = backend->alloc(8 * kUnitSize, 16, false, true, old_block);
+  ASSERT_NE(fresh, nullptr);
+  EXPECT_EQ(fresh->start, where);
+  EXPECT_FALSE(fresh->zero);
+  EXPECT_EQ(st(Stat::active_bytes), active);
+  EXPECT_EQ(st(Stat::retained_bytes), 0u);
+  EXPECT_EQ(st(Stat::reuse_retained_bytes), 8 * kUnitSize);
+  EXPECT_EQ(backend->check_invariants(), nullptr);
+  // Given back whatever the outcome: a request the hard limit refuses.
+  backend->set_hard_limit(active);
+  EXPECT_EQ(backend->alloc(16 * kUnitSize, 16, false, true, fresh), nullptr);
+  EXPECT_EQ(st(Stat::active_bytes), 4 * kUnitSize);
+  EXPECT_EQ(st(Stat::retained_bytes), 8 * kUnitSize);
+  backend->set_hard_limit(0);
+  backend->release(fence);
+  EXPECT_EQ(backend->check_invariants(), nullptr);
+}
+
 TEST_F(BackendTest, HugeBlocksAreSlotRunsHonouringAlignment) {
   Span* h = backend->alloc(5 * kMiB, 16);
   ASSERT_NE(h, nullptr);

@@ -87,6 +87,57 @@ TEST(Bits, FindZeroRunMatchesBruteForce) {
   }
 }
 
+// fit_units against a brute force over every hole's two end windows:
+// fewest units outside `resident`, then the smallest hole, then the lowest
+// index.
+TEST(Bits, FitUnitsMatchesBruteForce) {
+  uint32_t x = 777;
+  unsigned found = 0;
+  for (int iter = 0; iter < 20000; ++iter) {
+    x = x * 1664525u + 1013904223u;
+    uint32_t used = x & (x >> 5);
+    if (iter % 4 == 0) used = x | (x >> 2);
+    x = x * 1664525u + 1013904223u;
+    uint32_t resident = ~used & x;
+    for (unsigned n = 1; n <= 32; ++n) {
+      bool any = false;
+      unsigned best_fresh = 0, best_spare = 0, best_index = 0;
+      for (unsigned i = 0; i < 32;) {
+        if (used >> i & 1) {
+          ++i;
+          continue;
+        }
+        unsigned j = i;
+        while (j < 32 && !(used >> j & 1)) ++j;
+        unsigned len = j - i;
+        if (len >= n) {
+          for (unsigned at : {i, j - n}) {
+            unsigned fresh = unsigned(__builtin_popcount(bit_range(at, n) & ~resident));
+            unsigned spare = len - n;
+            bool better = !any || fresh < best_fresh || (fresh == best_fresh && spare < best_spare) ||
+                          (fresh == best_fresh && spare == best_spare && at < best_index);
+            if (better) {
+              any = true;
+              best_fresh = fresh;
+              best_spare = spare;
+              best_index = at;
+            }
+          }
+        }
+        i = j;
+      }
+      UnitFit f = fit_units(used, resident, n);
+      ASSERT_EQ(f.found(), any) << std::hex << used << " n=" << std::dec << n;
+      if (!any) continue;
+      ++found;
+      ASSERT_EQ(f.index, best_index) << std::hex << used << " " << resident << " n=" << std::dec << n;
+      ASSERT_EQ(f.fresh, best_fresh);
+      ASSERT_EQ(f.spare, best_spare);
+    }
+  }
+  EXPECT_GT(found, 100000u);  // the fits found, not only misses
+}
+
 TEST(Options, ParsesEveryKind) {
   int64_t v = 0;
   unsigned batch = option_find("purge_batch");

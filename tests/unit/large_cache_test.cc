@@ -131,24 +131,59 @@ TEST_F(LargeCache, AGaugeSumsOverHeapsWhenAnotherThreadFrees) {
   EXPECT_EQ(lm_check_invariants(), nullptr);
 }
 
+// The cache holds at most 8 blocks and the option's bytes (with 5 MiB of
+// large blocks live, half of which is more than either), plus the block it
+// evicted last, which waits for the next miss (counted as cached).
 TEST_F(LargeCache, HoldsAtMostEightBlocksAndTheOptionsBytes) {
+  std::vector<void*> live;
+  for (int i = 0; i < 16; ++i) live.push_back(lm_malloc(300 * kKiB));  // 16 x 320 KiB
   std::vector<void*> v;
   for (int i = 0; i < 12; ++i) v.push_back(lm_malloc(300 * kKiB));
   for (void* p : v) lm_free(p);
   // 320 KiB spans: 8 slots bind first (2.5 MiB), under the 4 MiB limit.
-  EXPECT_EQ(stat("large_cache_bytes"), 8 * 320 * kKiB);
+  EXPECT_EQ(stat("large_cache_bytes"), (8 + 1) * 320 * kKiB);
   lm_thread_collect();
   EXPECT_EQ(stat("large_cache_bytes"), 0u);
   option_set(unsigned(Opt::large_cache), 1 << 20);
   v.clear();
   for (int i = 0; i < 6; ++i) v.push_back(lm_malloc(300 * kKiB));
   for (void* p : v) lm_free(p);
-  EXPECT_EQ(stat("large_cache_bytes"), 3 * 320 * kKiB);  // 1 MiB binds
+  EXPECT_EQ(stat("large_cache_bytes"), (3 + 1) * 320 * kKiB);  // 1 MiB binds
   option_set(unsigned(Opt::large_cache), 0);
   lm_thread_collect();
   void* p = lm_malloc(300 * kKiB);
   lm_free(p);
   EXPECT_EQ(stat("large_cache_bytes"), 0u) << "large_cache=0 turns the cache off";
+  for (void* q : live) lm_free(q);
+  EXPECT_EQ(lm_check_invariants(), nullptr);
+}
+
+// The cache's bytes scale with the thread's use: at most half of the large
+// bytes it holds live (at least 1 MiB).  The block evicted last goes back
+// with the next miss, in the same backend lock hold as its allocation.
+TEST_F(LargeCache, HoldsAtMostHalfTheThreadsLiveLargeBytes) {
+  std::vector<void*> v;
+  for (int i = 0; i < 4; ++i) v.push_back(lm_malloc(700 * kKiB));  // 704 KiB spans
+  for (void* p : v) lm_free(p);
+  // Nothing live any more: 1 MiB holds one block, the one before waits.
+  EXPECT_EQ(stat("large_cache_bytes"), 2 * 704 * kKiB);
+  const uint64_t releases_before = stat("large_frees");
+  void* miss = lm_malloc(300 * kKiB);  // 704 KiB > 2 x 300 KiB: a miss
+  ASSERT_NE(miss, nullptr);
+  EXPECT_EQ(stat("large_cache_bytes"), 704 * kKiB) << "the evicted block went back with the miss";
+  EXPECT_EQ(stat("large_frees"), releases_before);
+  EXPECT_EQ(lm_check_invariants(), nullptr);
+  lm_free(miss);
+  lm_thread_collect();
+  EXPECT_EQ(stat("large_cache_bytes"), 0u);
+  // With 10 blocks of 704 KiB live (6.9 MiB), 4 freed ones all stay.
+  std::vector<void*> live;
+  for (int i = 0; i < 10; ++i) live.push_back(lm_malloc(700 * kKiB));
+  v.clear();
+  for (int i = 0; i < 4; ++i) v.push_back(lm_malloc(700 * kKiB));
+  for (void* p : v) lm_free(p);
+  EXPECT_EQ(stat("large_cache_bytes"), 4 * 704 * kKiB);
+  for (void* p : live) lm_free(p);
   EXPECT_EQ(lm_check_invariants(), nullptr);
 }
 
@@ -165,11 +200,14 @@ TEST_F(LargeCache, ASecondFreeOfACachedBlockAborts) {
 TEST_F(LargeCache, AQuietOrExitedThreadsBlocksGoBack) {
   lmt::Phases phases;
   std::thread worker([&] {
+    std::vector<void*> live;  // so that the cache may hold the 4 (half the live bytes)
+    for (int i = 0; i < 10; ++i) live.push_back(lm_malloc(700 * kKiB));
     std::vector<void*> v;
     for (int i = 0; i < 4; ++i) v.push_back(lm_malloc(700 * kKiB));
     for (void* p : v) lm_free(p);
     phases.set(1);
     phases.wait(2);
+    for (void* p : live) lm_free(p);
   });
   phases.wait(1);
   EXPECT_EQ(stat("large_cache_bytes"), 4 * 704 * kKiB);
