@@ -82,6 +82,8 @@ const std::vector<WorkloadInfo>& workload_registry() {
             make_mleak, {}, {"-S", "2"}, {"-S", "0.3"}, Set::kAll),
       entry("random-size", "one thread replaces random slots of 4096 with objects of 16 B-4 KiB, log-uniform (ops/s)",
             make_random_size, {}, {"-S", "2"}, {"-S", "0.3"}, Set::kAll),
+      entry("batch", "one thread mallocs batches of 25-1600 objects of one size, 16-512 B, then frees them in order (pairs/s)",
+            make_batch, {}, {"-S", "2"}, {"-S", "0.3"}, Set::kAll),
     };
     // idle-release and its 16 variants idle-release-{a,b,c,d}-{64,1000,4000,30000}
     // (issue #13's cases and sizes): `lazybench compare 'idle-release-*'` runs them all.

@@ -114,6 +114,7 @@ std::unique_ptr<Workload> make_realloc_grow();
 std::unique_ptr<Workload> make_mixed();
 std::unique_ptr<Workload> make_mleak();
 std::unique_ptr<Workload> make_random_size();
+std::unique_ptr<Workload> make_batch();
 std::unique_ptr<Workload> make_idle_release();
 std::unique_ptr<Workload> make_cache_scratch();
 std::unique_ptr<Workload> make_rptest();

@@ -22,7 +22,8 @@ namespace lazymalloc::detail {
 // most bin_cap(c) entries.  malloc pops from the allocation stack
 // [base, top) while top > base (bin_ready); free pushes onto the free stack
 // [fbase, ftop), full at flimit; when the allocation stack runs dry the two
-// trade places.  A collector may take both stacks of a quiet thread
+// trade places (bins_trade), or, if the free stack holds fewer than
+// trade_min(c) objects, the allocation stack is refilled (heap.h).  A collector may take both stacks of a quiet thread
 // (bins_take_begin, bins_take_idle: base moves up, so top may lie below it
 // for a while).  Two
 // stacks, so that a malloc does not read what the last free of its class
@@ -56,6 +57,7 @@ struct ClassTable {
   uint8_t mid_class[kMidSlots];      // (size + 255) / 256 -> class, sizes <= kCachedMax
   uint8_t units[kSmallClasses];
   uint8_t bin_cap[kSmallClasses];
+  uint8_t trade_min[kSmallClasses];
   uint16_t bin_offset[kSmallClasses];  // into Heap::bin_slots
   uint64_t magic[kSmallClasses];
 };
@@ -73,6 +75,7 @@ constexpr ClassTable make_class_table() {
   for (unsigned c = 0; c < kSmallClasses; ++c) {
     t.units[c] = uint8_t(span_units(c));
     t.bin_cap[c] = uint8_t(bin_cap(c));
+    t.trade_min[c] = uint8_t(trade_min(c));
     t.bin_offset[c] = uint16_t(bin_slot_offset(c));
     t.magic[c] = class_magic(class_size(c));
   }
@@ -173,20 +176,39 @@ LM_INLINE void bin_push(Span* s, void* p) {
 // The slow paths (bins.cc).
 void bins_to_start(Heap* h);
 
-// REQUIRES the thread's heap h held: if bin c's allocation stack is empty
-// and its free stack is not, they trade places.  The allocation stack may
-// hold an entry although the malloc that came here saw none: a collector
-// had moved its base up meanwhile, and put it back (bins_take_idle).
-inline void bins_trade(Heap* h, unsigned c) {
-  if (LM_UNLIKELY(h->bins_taken)) bins_to_start(h);  // a collector took entries
+// REQUIRES the thread's heap h held, with no collector's take left in its
+// bins (!h->bins_taken: bins_to_start first): if bin c's allocation stack
+// is empty and its free stack holds at least trade_min(c) objects, they
+// trade places; true if they did.  The allocation stack may hold an entry
+// although the malloc that came here saw none (a collector had moved its
+// base up meanwhile, and put it back: bins_take_idle): then nothing trades.
+inline bool bins_trade(unsigned c) {
   Bin& bin = tl_bins[c];
   Block** fbase = tl_bin_fbase[c];
-  if (bin.ftop == fbase || bin.top != bin.base) return;
+  if (bin.ftop - fbase < kClasses.trade_min[c] || bin.top != bin.base) return false;
   Block** empty = bin.base;
   bin.base = fbase;
   bin.top = bin.ftop;
   tl_bin_fbase[c] = bin.ftop = empty;
   bin.flimit = empty + kClasses.bin_cap[c];
+  return true;
+}
+
+// REQUIRES the thread's heap held, bin's free stack not empty, and b an
+// object just taken from a span (untagged): b takes the place of the free
+// stack's top, which is returned, the object freed last and likely in
+// cache (alloc_refill: a free stack too short to trade still hands out
+// what it holds first).  b is tagged before it is listed, and the top
+// untagged after it is not (fork: see take).
+inline Block* bin_swap_free_top(Bin& bin, Block* b) {
+  Block** slot = bin.ftop - 1;
+  Block* hot = *slot;
+  set_free_tag(b);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  *slot = b;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  if constexpr (kChecks) tag_word(hot) = 0;
+  return hot;
 }
 
 void bin_refill(Bin& bin, unsigned c, Span* s);

@@ -56,6 +56,26 @@ constexpr uint32_t bin_cap(unsigned c) {
   size_t n = 16384 / size;
   return uint32_t(n > kBinCapMax ? kBinCapMax : n < 1 ? 1 : n);
 }
+// The fewest objects class c's free stack must hold for the two stacks to
+// trade places when the allocation stack runs dry: two (one where bin_cap
+// is one).  A free stack of one object is not traded: the allocation stack
+// is refilled from the spans, and the free stack's object is handed out
+// (the refill's first object takes its place: alloc_refill, spans.cc).  A trade keeps the bin's count, and so does a
+// program that allocates as much as it frees (p = malloc(n); free(q);
+// q = p: one object in flight): a bin holding one object (after a
+// collector's take, or a refill from a span with one free object) traded
+// on every malloc, for ever (issue #16).  Refilled instead, it keeps what
+// the refill brought (up to bin_cap objects, as a first refill), and
+// trades once per that many mallocs (after an overflow, bin_cap / 2 + 1).
+// At most what an overflow leaves in the free stack (bin_flush), so that a
+// bin that overflows and runs dry in turn trades rather than refills.
+constexpr uint32_t trade_min(unsigned c) { return bin_cap(c) <= 1 ? 1 : 2; }
+constexpr bool trade_min_below_overflow_rest() {
+  for (unsigned c = 0; c < kSmallClasses; ++c)
+    if (trade_min(c) > bin_cap(c) / 2 + 1) return false;
+  return true;
+}
+static_assert(trade_min_below_overflow_rest());
 // Where class c's two stacks start in bin_slots, and how many slots a heap has.
 constexpr size_t bin_slot_offset(unsigned c) {
   size_t n = 0;

@@ -132,15 +132,20 @@ inline void heap_announce(Heap* h) {
     std::atomic_signal_fence(std::memory_order_seq_cst);
   }
 }
+inline void heap_leave(Heap* h) { h->busy.store(0, std::memory_order_release); }
 // Holds h for a moment that is no slow-path event (the bins' stacks
-// trading places, bins.cc); let go with heap_leave.
-inline void heap_hold(Heap* h) {
+// trading places, alloc_class), unless a collector holds it: then lets go
+// at once and returns false (the caller takes its slow path, which waits;
+// no call here, so the caller needs no frame).  Let go with heap_leave.
+inline bool heap_try_hold(Heap* h) {
+  heap_announce(h);
+  if (LM_LIKELY(h->claimed.load(std::memory_order_acquire) == 0)) return true;
+  heap_leave(h);
+  return false;
+}
+inline void heap_enter(Heap* h) {
   heap_announce(h);
   if (LM_UNLIKELY(h->claimed.load(std::memory_order_acquire) != 0)) heap_enter_wait(h);
-}
-inline void heap_leave(Heap* h) { h->busy.store(0, std::memory_order_release); }
-inline void heap_enter(Heap* h) {
-  heap_hold(h);
   __atomic_store_n(&h->slow_events, h->slow_events + 1, __ATOMIC_RELAXED);
 }
 
@@ -174,6 +179,8 @@ class HeapGuard {
   bool collector_ = false;
 };
 
+// An object of small class c for h's thread (bins, else spans); nullptr and
+// errno ENOMEM when out of memory.
 LM_NOINLINE void* alloc_class(Heap* h, unsigned c);
 // REQUIRES h held (HeapGuard): every remote free and empty span of h.
 void heap_collect(Heap* h);

@@ -38,11 +38,18 @@ LM_NOINLINE void* malloc_generic(size_t size, size_t align, bool* zero) {
                                   : (align <= kUnitSize ? class_for_aligned(size, align) : kSmallClasses);
   if (c < kSmallClasses) {
     if (zero) *zero = false;
-    void* p = alloc_class(h, c);
-    if (!p) pal::set_errno(ENOMEM);
-    return p;
+    return alloc_class(h, c);  // sets errno when out of memory
   }
   return alloc_large(size, align, zero);
+}
+
+// lm_malloc's way off its fast path for a cached size (class c): a thread
+// with a heap goes straight to alloc_class, which trades the bin's stacks
+// or refills it (malloc_generic would find the class again).
+LM_NOINLINE void* malloc_cached(size_t size, unsigned c) {
+  Heap* h = tl_heap;
+  if (LM_UNLIKELY(h == &g_empty_heap)) return malloc_generic(size, 0, nullptr);
+  return alloc_class(h, c);
 }
 
 inline Span* checked_span(const char* fn, const void* p) {
@@ -69,7 +76,7 @@ void* lm_malloc(size_t size) {
   }
   Bin& bin = tl_bins[c];
   if (LM_LIKELY(bin_ready(bin))) return bin_pop(bin);
-  return malloc_generic(size, 0, nullptr);
+  return malloc_cached(size, c);
 }
 
 // The tail calls off this path take p first: it stays in the register it

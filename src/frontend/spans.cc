@@ -3,9 +3,12 @@
 // span's owner and other threads (backend/span.h has the state bits), the
 // refill of a bin from its spans, and the return of free objects to their
 // spans (docs/design.md, "Frontend").
+#include <errno.h>
+
 #include <atomic>
 
 #include "frontend/internal.h"
+#include "pal/pal.h"
 
 namespace lazymalloc::detail {
 
@@ -540,36 +543,58 @@ Block* refill(Heap* h, unsigned c, Bin& bin) {
   return b;
 }
 
-}  // namespace
-
-// The slow path of small allocation: pops from the thread's bin (aligned
-// requests come here first), else refills it from the heap's spans, the
-// heap held (HeapGuard).
-LM_NOINLINE void* alloc_class(Heap* h, unsigned c) {
+// alloc_class's slow part: the heap held (HeapGuard, a slow-path event),
+// the stacks put back after a collector's take, then a pop, a trade, or a
+// refill from the heap's spans.  nullptr (errno ENOMEM) when out of memory.
+LM_NOINLINE void* alloc_refill(Heap* h, unsigned c) {
   Bin& bin = tl_bins[c];
-  if (!bin_ready(bin)) {
-    // Held while the stacks trade places: the background thread may be
-    // taking them (bins_take_idle).
-    heap_hold(h);
-    bins_trade(h, c);
-    heap_leave(h);
-  }
-  if (bin_ready(bin)) return bin_pop(bin);
   Block* b;
   {
     HeapGuard guard(h);
-    // A collector may have taken the stack since the trade, and left its
-    // top entry (bins_take_idle): the stack goes back to the start of its
-    // slots, and that entry out, before a refill fills it.
+    // A collector may have taken the stacks, and left the allocation
+    // stack's top entry (bins_take_idle): they go back to the start of
+    // their slots, and that entry out, before a refill fills the stack.
     if (h->bins_taken) bins_to_start(h);
-    if (bin.top != bin.base) return bin_pop(bin);
+    if (bin.top != bin.base || bins_trade(c)) return bin_pop(bin);
     b = refill(h, c, bin);
-    // Held: a collector's take writes what the thread published.
-    if (b) bin_published(h, c);
+    if (b) {
+      // A free stack too short to trade (trade_min) hands out its object
+      // first: what a program freed last comes back next, as after a trade.
+      if (bin.ftop != tl_bin_fbase[c]) b = bin_swap_free_top(bin, b);
+      // Held: a collector's take writes what the thread published.
+      bin_published(h, c);
+    }
+  }
+  if (!b) {
+    pal::set_errno(ENOMEM);
+    return nullptr;
   }
   // With the heap let go: an idle bin's flush holds it again.
-  if (b) bin_event(h);
+  bin_event(h);
   return b;
+}
+
+}  // namespace
+
+// The slow path of small allocation (lm_malloc's when a bin's allocation
+// stack is empty; aligned requests come here first): pops from the
+// thread's bin, else trades its stacks, else refills it (alloc_refill).
+// The trade holds the heap only for the moment it takes (heap_try_hold:
+// the background thread may be taking the stacks, bins_take_idle; while
+// it holds the heap, alloc_refill waits for it), with no slow-path event: a program with one object in flight per class trades
+// once per trade_min(c) mallocs at most (heap.h).  The pop that follows a
+// trade needs no test: the stack holds an object, and a collector that
+// claims the heap meanwhile leaves the top one (bins_take_begin moves base
+// only below top).
+LM_NOINLINE void* alloc_class(Heap* h, unsigned c) {
+  Bin& bin = tl_bins[c];
+  if (bin_ready(bin)) return bin_pop(bin);
+  if (!heap_try_hold(h)) return alloc_refill(h, c);
+  // After a collector's take the slow part puts the stacks back first.
+  const bool traded = !h->bins_taken && bins_trade(c);
+  heap_leave(h);
+  if (traded) return bin_pop(bin);
+  return alloc_refill(h, c);
 }
 
 void heap_collect(Heap* h) {

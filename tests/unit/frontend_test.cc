@@ -11,6 +11,7 @@
 
 #include "core/options.h"
 #include "fixture.h"
+#include "frontend/bins.h"
 #include "frontend/heap.h"
 #include "frontend/size_class.h"
 
@@ -221,6 +222,47 @@ TEST(ThreadCache, AnIdleBinGoesBackOnceTheThreadMovesOn) {
     // Only the 96-byte cache sat unchanged (the 48-byte one was busy).
     EXPECT_GE(stat("cache_idle_flushes") - idle0, 1u);
   }).join();
+  EXPECT_EQ(lm_check_invariants(), nullptr);
+}
+
+// One object in flight (p = malloc(n); free(q); q = p) from a cache that
+// holds one object of the class.  A trade of the two stacks keeps the
+// bin's count, and so does the loop: each malloc found the allocation stack
+// empty and traded it for the one object the last free had pushed, so every
+// malloc got back the object freed one iteration before (issue #16).  A
+// free stack of one object is not traded (trade_min): the allocation stack
+// is refilled from the spans, and from then on the bin holds at least
+// bin_cap / 2 + 1 objects (what an overflow leaves), so a trade or refill
+// (the one malloc that gets the last freed object back) comes at most once
+// per that many mallocs.  Sizes with stacks of 128, 16 and 2 objects.
+TEST(ThreadCache, OneObjectInFlightFromADrainedCacheTradesRarely) {
+  for (size_t size : {64, 1000, 6000}) {
+    std::thread([size] {
+      const unsigned c = size_class(size);
+      const detail::Bin& bin = detail::tl_bins[c];
+      std::vector<void*> held{lm_malloc(size)};
+      while (bin.top != bin.base) held.push_back(lm_malloc(size));  // the allocation stack is empty
+      ASSERT_EQ(bin.ftop, detail::tl_bin_fbase[c]) << "and so is the free stack";
+      void* q = held.back();  // freed first: the cache holds one object
+      held.pop_back();
+      void* last = nullptr;
+      constexpr int kRounds = 1000;
+      int again = 0;
+      for (int i = 0; i < kRounds; ++i) {
+        void* p = lm_malloc(size);
+        ASSERT_NE(p, nullptr);
+        ASSERT_NE(p, q);
+        again += p == last;
+        last = q;
+        lm_free(q);
+        q = p;
+      }
+      EXPECT_LE(again, kRounds / int(bin_cap(c) / 2 + 1) + 2) << size << " B: trades";
+      lm_free(q);
+      for (void* p : held) lm_free(p);
+    }).join();
+  }
+  lm_thread_collect();
   EXPECT_EQ(lm_check_invariants(), nullptr);
 }
 

@@ -649,6 +649,75 @@ TEST(SmallReleaseStress, AllocationStacksTakenUnderAThreadThatPops) {
   EXPECT_EQ(lm_check_invariants(), nullptr);
 }
 
+// One object in flight per class (p = malloc(n); free(q); q = p: issue
+// #16's pattern), on three classes at once, all on the fast paths, the
+// stacks' trades and refills (alloc_class), while a collector takes the
+// thread's cache again and again: the take races with the trade (which
+// holds the heap for a moment, heap_try_hold) and with the pops after it.
+// Stacks of 128, 2 and 1 objects (the last two trade on nearly every
+// malloc).  No object may be handed out while it is live (each keeps the
+// round written into it until it is freed), and no check may fail.
+TEST(SmallReleaseStress, OneObjectInFlightUnderTheCollector) {
+  option_set(unsigned(Opt::background), 0);
+  lm_init();
+  constexpr size_t kSizes[] = {64, 6000, 20000};
+  constexpr size_t kClassesUsed = sizeof kSizes / sizeof kSizes[0];
+#if defined(__SANITIZE_THREAD__)
+  constexpr uint64_t kRounds = 20000;
+#else
+  constexpr uint64_t kRounds = 300000;
+#endif
+  const uint64_t takes0 = stat("cache_idle_takes");
+  std::atomic<bool> done{false};
+  std::atomic<uint64_t> passes{0};
+  std::thread collector([&] {
+    for (uint64_t now = 1; !done.load(std::memory_order_relaxed); ++now) {
+      lm_collect_idle_heaps(now * kSecond, 0);
+      passes.fetch_add(1, std::memory_order_relaxed);
+    }
+  });
+  size_t live_handed_out = 0, overwritten = 0, failures = 0;
+  std::thread worker([&] {
+    uint64_t* q[kClassesUsed];
+    for (size_t k = 0; k < kClassesUsed; ++k) {
+      q[k] = static_cast<uint64_t*>(lm_malloc(kSizes[k]));
+      q[k][0] = 0;
+      q[k][1] = ~uint64_t(0);
+    }
+    for (uint64_t round = 1; round <= kRounds; ++round) {
+      for (size_t k = 0; k < kClassesUsed; ++k) {
+        auto* p = static_cast<uint64_t*>(lm_malloc(kSizes[k]));
+        if (!p) {
+          ++failures;
+          continue;
+        }
+        for (uint64_t* live : q) live_handed_out += p == live;
+        p[0] = round;
+        p[1] = ~round;
+        if (q[k][0] != round - 1 || q[k][1] != ~(round - 1)) ++overwritten;
+        lm_free(q[k]);
+        q[k] = p;
+      }
+      // Now and then waits for three of the collector's passes (at least
+      // one takes the cache), however rarely the two threads run at once.
+      if (round % (kRounds / 8) == 0) {
+        const uint64_t seen = passes.load(std::memory_order_relaxed);
+        while (passes.load(std::memory_order_relaxed) < seen + 3) std::this_thread::yield();
+      }
+    }
+    for (uint64_t* p : q) lm_free(p);
+    lm_thread_collect();
+  });
+  worker.join();
+  done.store(true);
+  collector.join();
+  EXPECT_EQ(failures, 0u);
+  EXPECT_EQ(live_handed_out, 0u);
+  EXPECT_EQ(overwritten, 0u);
+  EXPECT_GT(stat("cache_idle_takes"), takes0);
+  EXPECT_EQ(lm_check_invariants(), nullptr);
+}
+
 // ---- free pages inside spans
 
 // A span's pages purged and revived: through the lm_* entry points over
