@@ -165,6 +165,7 @@ class Writer;
   X(remote_frees, counter, "freed objects returned to a span of another thread's heap (from a cache flush)") \
   X(delayed_spans, counter, "full spans revived by another thread's free")                       \
   X(spans_adopted, counter, "parked spans other threads had freed into taken over from a quiet heap (instead of a new span)") \
+  X(spans_not_adopted, counter, "parked spans of a quiet heap left to it by an adopter: more than a quarter of their objects still live") \
   X(large_frees, counter, "large and huge blocks freed")                                         \
   X(discardable_lock_hits, counter, "discardable locks that found the contents intact")          \
   X(discardable_lock_misses, counter, "discardable locks that found the block discarded")

@@ -98,6 +98,13 @@ inline constexpr uint64_t kBackgroundAfterBytes = uint64_t(1) << 20;
 // kAdoptProbeHeaps heaps.
 inline constexpr uint64_t kAdoptProbeEvents = 16;
 inline constexpr unsigned kAdoptProbeHeaps = 16;
+// Only a parked span with at most capacity >> kAdoptLiveShift objects
+// still live (or cached) is adopted (adoptable, spans.cc); the others stay
+// with their owner, on its delayed stack.  Taking over a span its owner
+// still mostly uses makes the owner take a fresh one at its next refill,
+// and the adopter's objects in it pin it: two threads that pause in turn
+// (rptest) then hand spans back and forth and both keep growing.
+inline constexpr unsigned kAdoptLiveShift = 2;
 
 // Exclusion: a heap's spans (queues, the full list, each span's lists and
 // `used`) belong to its thread while it is in a slow path (refills, cache

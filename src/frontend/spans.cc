@@ -428,6 +428,16 @@ Span* queue_find(Heap* h, SpanQueue& q) {
   return s;
 }
 
+// Whether parked span s (its remote frees collected) may change hands: at
+// most a quarter of its objects (capacity >> kAdoptLiveShift) are still
+// live or in its owner's cache.  A span its owner still mostly uses would
+// leave the owner to take a fresh span at its next refill while the
+// adopter's new objects pin this one: threads that pause in turn (rptest
+// --lockstep) adopted each other's spans back and forth and both grew.
+namespace {
+bool adoptable(const Span* s) { return s->used <= s->capacity >> kAdoptLiveShift; }
+}  // namespace
+
 // Span adoption.  Heap h's thread (in a refill, h held) is about to take a
 // new span from the backend.  Spans parked full in another heap that other
 // threads have freed into since wait on that heap's delayed stack until its
@@ -440,8 +450,9 @@ Span* queue_find(Heap* h, SpanQueue& q) {
 // made no slow-path event since the previous look (at least
 // kAdoptProbeEvents of h's own before), claimed as the collector claims
 // them (one process barrier for all), it moves every span on the delayed
-// stack that is still parked into its own queues, behind their current
-// spans.  A parked span is reached only through the delayed stack, which
+// stack that is still parked and adoptable (nearly empty) into its own
+// queues, behind their current spans; the other parked spans go back on
+// the delayed stack, still NOTIFIED, as they came.  A parked span is reached only through the delayed stack, which
 // the claim makes h's alone; remote frees read the owner after their push
 // (remote_push).  Never waits: skipped while a collector (or another
 // adopter) holds g.collect_lock.  True if a span was adopted.
@@ -471,13 +482,29 @@ bool adopt_spans(Heap* h) {
   }
   // A heap whose thread is in a slow path is left alone.
   const unsigned held = n ? heaps_claim(batch, n) : 0;
-  uint64_t adopted = 0;
+  uint64_t adopted = 0, kept_spans = 0;
   for (unsigned i = 0; i < held; ++i) {
     Heap* d = batch[i];
     HeapGuard guard(d, HeapGuard::kClaimed);
     Span* s = d->delayed.exchange(nullptr, std::memory_order_acquire);
+    Span* kept = nullptr;
+    Span* kept_tail = nullptr;
     while (s) {
       Span* next = s->next_delayed;
+      if (s->in_full) {
+        collect_remote(s);
+        if (!adoptable(s)) {
+          // Stays parked and NOTIFIED (remote frees push no second time),
+          // so it goes back on d's delayed stack, for d's next refill or a
+          // later look once more of its objects are freed.
+          s->next_delayed = kept;
+          kept = s;
+          if (!kept_tail) kept_tail = s;
+          ++kept_spans;
+          s = next;
+          continue;
+        }
+      }
       s->next_delayed = nullptr;
       xfree_transition(s, kXfreeNotified, kXfreeNormal);
       // Not parked: in d's queue (d's thread freed into it and queued it
@@ -493,9 +520,18 @@ bool adopt_spans(Heap* h) {
       }
       s = next;
     }
+    if (kept) {
+      // Remote frees may have pushed other spans meanwhile.
+      Span* head = d->delayed.load(std::memory_order_relaxed);
+      do {
+        kept_tail->next_delayed = head;
+      } while (!d->delayed.compare_exchange_weak(head, kept, std::memory_order_release,
+                                                 std::memory_order_relaxed));
+    }
   }
   g.collect_lock.unlock();
   h->stats.inc(HeapStat::spans_adopted, adopted);
+  h->stats.inc(HeapStat::spans_not_adopted, kept_spans);
   return adopted != 0;
 }
 

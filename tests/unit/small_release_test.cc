@@ -194,6 +194,103 @@ TEST_P(SmallRelease, AThreadAdoptsTheSpansAQuietOwnerWasFreedInto) {
   EXPECT_EQ(lm_check_invariants(), nullptr);
 }
 
+// A worker allocates and then blocks (its heap is quiet); this thread frees
+// into every parked span of it: most of the objects of every other span
+// (all but one in eight: nearly empty), one in eight of the rest (mostly
+// used), and then allocates as much again.  It adopts the nearly empty
+// spans only: the mostly used ones stay parked with their owner, on its
+// delayed stack (adoptable, kAdoptLiveShift), since adopting them made two
+// threads that pause in turn trade spans back and forth, both taking fresh
+// ones (rptest --lockstep).  The worker, woken, gets them back at its next
+// refill and reuses their freed objects.
+TEST_P(SmallRelease, AThreadLeavesAQuietOwnerTheSpansItStillMostlyUses) {
+  lm_thread_collect();
+  std::vector<void*> v(count());
+  std::vector<void*> worker_got;
+  std::set<void*> mostly_freed;
+  std::vector<bool> live(v.size(), true);
+  size_t worker_reused = 0;
+  lmt::Phases phases;  // 1: allocated; 2: worker allocates again; 3: it did; 4: it frees all
+  std::thread worker([&] {
+    for (auto& p : v) {
+      p = lm_malloc(GetParam());
+      ASSERT_NE(p, nullptr);
+      memset(p, 0x3c, GetParam());
+    }
+    phases.set(1);
+    phases.wait(2);
+    worker_got.resize(mostly_freed.size());
+    for (auto& p : worker_got) {
+      p = lm_malloc(GetParam());
+      ASSERT_NE(p, nullptr);
+      memset(p, 0x2d, GetParam());
+      worker_reused += mostly_freed.count(p);
+    }
+    phases.set(3);
+    // Everything this test made goes: the objects left in the worker's own
+    // spans locally, and its spans emptied, before its heap is pooled.
+    phases.wait(4);
+    for (void* p : worker_got) lm_free(p);
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (live[i]) lm_free(v[i]);
+    }
+    lm_thread_collect();
+  });
+  phases.wait(1);
+  // The worker's spans, in allocation order; its current one (the last
+  // object's) is not parked and is left alone.
+  std::vector<Span*> spans;
+  std::vector<std::vector<size_t>> objects;
+  for (size_t i = 0; i < v.size(); ++i) {
+    Span* sp = detail::g.backend.span_of(v[i]);
+    ASSERT_NE(sp, nullptr);
+    if (spans.empty() || spans.back() != sp) {
+      spans.push_back(sp);
+      objects.emplace_back();
+    }
+    objects.back().push_back(i);
+  }
+  ASSERT_GE(spans.size(), 8u);
+  std::set<void*> nearly_freed;
+  for (size_t k = 0; k + 1 < spans.size(); ++k) {
+    const bool nearly = k % 2 == 0;
+    for (size_t j = 0; j < objects[k].size(); ++j) {
+      if ((j % 8 == 0) == nearly) continue;
+      const size_t i = objects[k][j];
+      (nearly ? nearly_freed : mostly_freed).insert(v[i]);
+      lm_free(v[i]);
+      live[i] = false;
+    }
+  }
+  lm_thread_collect();  // this thread's cache goes back to the worker's spans
+  const uint64_t adopted0 = stat("spans_adopted");
+  const uint64_t kept0 = stat("spans_not_adopted");
+  std::vector<void*> w(nearly_freed.size() + mostly_freed.size());
+  size_t reused_nearly = 0, reused_mostly = 0;
+  for (auto& p : w) {
+    p = lm_malloc(GetParam());
+    ASSERT_NE(p, nullptr);
+    memset(p, 0x4d, GetParam());
+    reused_nearly += nearly_freed.count(p);
+    reused_mostly += mostly_freed.count(p);
+  }
+  const size_t parked_mostly = (spans.size() - 1) / 2;
+  EXPECT_GE(stat("spans_adopted") - adopted0, 4u);
+  EXPECT_GE(stat("spans_not_adopted") - kept0, parked_mostly);
+  EXPECT_GE(reused_nearly, nearly_freed.size() / 4) << "of the nearly empty spans' freed objects";
+  EXPECT_EQ(reused_mostly, 0u) << "of " << mostly_freed.size() << " freed objects of mostly used spans";
+  EXPECT_EQ(lm_check_invariants(), nullptr);
+  phases.set(2);
+  phases.wait(3);
+  EXPECT_GE(worker_reused, mostly_freed.size() / 2) << "of " << mostly_freed.size();
+  EXPECT_EQ(lm_check_invariants(), nullptr);
+  for (void* p : w) lm_free(p);
+  phases.set(4);
+  worker.join();
+  lm_thread_collect();
+  EXPECT_EQ(lm_check_invariants(), nullptr);
+}
+
 // This thread allocates, frees every other object itself (so each span is
 // in its queue, none parked full: the frees revived them) and returns its
 // cache; a worker frees the rest.  The run that returns a span's last
