@@ -8,10 +8,16 @@
 // slots (short-lived objects), the rest any slot (long-lived ones).  A
 // fraction --cross of the replaced objects is not freed by its thread but
 // handed to the next thread (in batches of 64 through a locked inbox), which
-// frees it: those frees are remote.
+// frees it: those frees are remote.  With --lockstep N the threads meet
+// at a barrier every N rounds (a round: 256 replacements, then the inbox),
+// so each waits, quiet, while the others finish their rounds: the pattern
+// in which threads used to adopt each other's parked spans back and forth
+// (issue #16), reproducible rather than left to the scheduler.
 //
 // Metric: replacements (one malloc, one free) per second over all threads.
+#include <atomic>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "common.h"
@@ -26,6 +32,27 @@ struct Inbox {
   std::mutex mutex;
   std::vector<unsigned char*> objects;
   std::atomic<bool> nonempty{false};
+};
+
+// Threads meet here every --lockstep rounds.  A thread that sees the stop
+// flag while it waits goes on (the others may have stopped already).
+class Lockstep {
+ public:
+  explicit Lockstep(unsigned threads) : threads_(threads) {}
+  void arrive(const StopFlag& stop) {
+    const unsigned gen = generation_.load(std::memory_order_acquire);
+    if (arrived_.fetch_add(1, std::memory_order_acq_rel) + 1 == threads_) {
+      arrived_.store(0, std::memory_order_relaxed);
+      generation_.fetch_add(1, std::memory_order_release);
+      return;
+    }
+    while (generation_.load(std::memory_order_acquire) == gen && !stop.stopped()) std::this_thread::yield();
+  }
+
+ private:
+  const unsigned threads_;
+  std::atomic<unsigned> arrived_{0};
+  std::atomic<unsigned> generation_{0};
 };
 
 void free_all(std::vector<unsigned char*>& objects) {
@@ -45,6 +72,7 @@ class Rptest final : public Workload {
     o.size("--min", &min_, "Smallest object");
     o.size("--max", &max_, "Largest object");
     o.real("--cross", &cross_, "Fraction of the objects freed by the next thread");
+    o.count("--lockstep", &lockstep_, "Rounds (256 replacements each) between barriers all threads meet at (0: none)");
   }
 
   std::string validate() override {
@@ -65,6 +93,7 @@ class Rptest final : public Workload {
     std::vector<std::vector<std::uint32_t>> sizes(threads, std::vector<std::uint32_t>(kTable));
     std::vector<std::vector<unsigned char*>> slots(threads, std::vector<unsigned char*>(slots_, nullptr));
     std::vector<Inbox> inboxes(threads);
+    Lockstep lockstep(threads);
     for (unsigned t = 0; t < threads; ++t) {
       Rng rng(Rng::derive(seed, 1000 + t));
       for (auto& s : sizes[t]) s = static_cast<std::uint32_t>(rng.log_uniform(min_, max_));
@@ -82,8 +111,9 @@ class Rptest final : public Workload {
           std::vector<unsigned char*> out, got;
           out.reserve(kBatch);
           got.reserve(1 << 16);
-          std::uint64_t i = 0;
+          std::uint64_t i = 0, rounds = 0;
           while (!stop.stopped()) {
+            if (lockstep_ && rounds++ % lockstep_ == 0) lockstep.arrive(stop);
             for (std::uint64_t j = 0; j < kDrainEvery; ++j, ++i) {
               const std::uint64_t r = rng.next();
               // Low bits: the slot; bit 32: short- or long-lived; 48-63: cross.
@@ -139,6 +169,7 @@ class Rptest final : public Workload {
   std::uint64_t min_ = 16;
   std::uint64_t max_ = 4096;
   double cross_ = 0.25;
+  std::uint64_t lockstep_ = 0;
 };
 
 }  // namespace
