@@ -452,9 +452,9 @@ bool adoptable(const Span* s) { return s->used <= s->capacity >> kAdoptLiveShift
 // them (one process barrier for all), it moves every span on the delayed
 // stack that is still parked and adoptable (nearly empty) into its own
 // queues, behind their current spans; the other parked spans go back on
-// the delayed stack, still NOTIFIED, as they came.  A parked span is reached only through the delayed stack, which
-// the claim makes h's alone; remote frees read the owner after their push
-// (remote_push).  Never waits: skipped while a collector (or another
+// the delayed stack, still NOTIFIED, as they came.  A parked span is
+// reached only through the delayed stack, which the claim makes h's alone;
+// remote frees read the owner after their push (remote_push).  Never waits: skipped while a collector (or another
 // adopter) holds g.collect_lock.  True if a span was adopted.
 bool adopt_spans(Heap* h) {
   const uint64_t own = h->slow_events;
