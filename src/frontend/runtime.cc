@@ -237,6 +237,7 @@ void lm_thread_collect() {
   quarantine_flush(h);
   HeapGuard guard(h);
   heap_collect(h);
+  large_peak_reset(h);
 }
 
 namespace {
