@@ -187,11 +187,13 @@ struct Heap {
   // its allocation, whose run may then take its units.
   Span* large_evicted = nullptr;
   // Large bytes the thread allocated less those it freed, never below 0
-  // (others' frees of its blocks count on their heaps, down to 0): the
-  // cache holds at most half of it (large_cache_cap).  Written by the thread.
+  // (others' frees of its blocks count on their heaps, down to 0; 0 again
+  // when the thread exits): the cache holds at most half of it
+  // (large_cache_cap).  Written by the thread.
   uint64_t large_live = 0;
-  // The most large_live has been (since the thread's last lm_thread_collect):
-  // the cache holds at most large_peak - large_live.  Written by the thread.
+  // The most large_live has been since the last lm_thread_collect or thread
+  // exit (large_peak_reset): the cache holds at most large_peak -
+  // large_live (large_cache_cap).  Written by the thread.
   uint64_t large_peak = 0;
 };
 

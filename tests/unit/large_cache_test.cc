@@ -253,8 +253,9 @@ TEST_F(LargeCache, AMissGivesBackTheSmallerCachedBlocks) {
 // The cache holds at most the thread's peak of live large bytes less those
 // it holds live: with two 1 MiB blocks at the peak, one freed is cached, and
 // a miss for a 320 KiB block gives it back (1 MiB + 320 KiB live leaves
-// 704 KiB under the peak).  A thread that has held no large block caches
-// none that another thread allocated.
+// 704 KiB under the peak).  A thread that has held no large block since
+// lm_thread_collect or since its heap's last thread exited caches none
+// that another thread allocated.
 TEST_F(LargeCache, HoldsAtMostThePeakLessTheLiveLargeBytes) {
   char* a = static_cast<char*>(lm_malloc(1024 * kKiB));
   char* b = static_cast<char*>(lm_malloc(1024 * kKiB));
@@ -273,6 +274,16 @@ TEST_F(LargeCache, HoldsAtMostThePeakLessTheLiveLargeBytes) {
   ASSERT_NE(p, nullptr);
   lm_free(p);
   EXPECT_EQ(stat("large_cache_bytes"), 0u) << "no room under a peak of 0";
+  // An exiting thread's live bytes and peak start again too: the next
+  // thread to adopt its heap (the pool's top) has no room for a block.
+  void* left = nullptr;
+  std::thread([&] { left = lm_malloc(700 * kKiB); }).join();  // live and peak 704 KiB
+  ASSERT_NE(left, nullptr);
+  std::thread([&] {
+    lm_free(lm_malloc(16));  // adopts the exited thread's heap
+    lm_free(left);
+    EXPECT_EQ(stat("large_cache_bytes"), 0u) << "the adopted heap's use was reset at exit";
+  }).join();
   EXPECT_EQ(lm_check_invariants(), nullptr);
 }
 
