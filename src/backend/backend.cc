@@ -269,9 +269,11 @@ Span* Backend::alloc(size_t bytes, size_t align, bool growing, bool may_grow, Sp
   LockGuard g(lock_);
   PublishOnExit publish{this};
   note_activity(now);
-  if (give_back) {
+  while (give_back) {
+    Span* next = give_back->next;
     release_units(give_back, false, now);
     spans_.free(give_back);
+    give_back = next;
   }
   if (bytes > kMaxRequest) return nullptr;
   bool units = bytes <= kMaxLarge && align <= kUnitSize;

@@ -215,9 +215,10 @@ class Backend {
   // slot, where it can grow in place and become huge without a copy.
   // `may_grow` false: fail rather than reserve a new arena (the caller first
   // waits for address space in release, see purge/release.h).
-  // `give_back`: a unit run (no huge block) to release first, in the same
-  // lock hold, as release() would (RETAINED); the new run may take its
-  // units.  It is released whatever the outcome.
+  // `give_back`: a list of unit runs (no huge block), chained by Span::next
+  // and ended by nullptr, to release first, in the same lock hold, as
+  // release() would (RETAINED); the new run may take their units.  They are
+  // released whatever the outcome.
   Span* alloc(size_t bytes, size_t align, bool growing = false, bool may_grow = true, Span* give_back = nullptr);
   // A run of `units` (1..32) units inside one slot, 64 KiB-aligned, for a
   // small-object span (the frontend sets its kind and geometry).

@@ -94,10 +94,12 @@ enum class OptKind : uint8_t { kBool, kInt, kSize, kMillis, kEnum };
     "and without it the pace of inline decay from free().  The thread sleeps until the "    \
     "next decay or pressure deadline and exits when no free memory is held")               \
   X(large_cache, kSize, 4 << 20, 0, int64_t(1) << 40, nullptr,                              \
-    "bytes of freed large blocks (256 KiB-1 MiB) each thread keeps, at most 8 of them and "  \
-    "at most half of the large bytes the thread holds live (at least 1 MiB), for its next " \
-    "large mallocs, most recent first, without the backend's lock; a quiet thread's go "   \
-    "back after `decay_ms`, an exiting thread's at once; 0 turns it off")                  \
+    "bytes of freed large blocks (256 KiB-1 MiB) each thread keeps, at most 8 of them, "    \
+    "at most half of the large bytes the thread holds live (at least 1 MiB) and at most "   \
+    "its peak of live large bytes less those, for its next large mallocs (the smallest "   \
+    "block within 2x of the request) without the backend's lock; a miss gives back those " \
+    "smaller than its request; a quiet thread's go back after `decay_ms`, an exiting "     \
+    "thread's at once; 0 turns it off")                                                     \
   X(arena_reserve, kSize, int64_t(1) << 30, 4 << 20, int64_t(1) << 40, nullptr,            \
     "address space reserved at a time (reserving commits no memory); halved on failure, "  \
     "e.g. under `RLIMIT_AS`")                                                               \

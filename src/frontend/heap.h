@@ -85,8 +85,9 @@ constexpr size_t bin_slot_offset(unsigned c) {
 inline constexpr size_t kBinSlots = bin_slot_offset(kSmallClasses);
 
 // A thread's cache of freed large blocks (above kMaxSmall up to kMaxLarge)
-// holds at most this many, and at most option large_cache bytes, or half
-// the large bytes the thread holds live if that is less (large.cc).
+// holds at most this many, and at most option large_cache bytes, half the
+// large bytes the thread holds live, and its peak of them less those
+// (large.cc).
 inline constexpr uint32_t kLargeCacheSlots = 8;
 
 inline constexpr uint64_t kBackgroundAfterBytes = uint64_t(1) << 20;
@@ -193,9 +194,14 @@ struct Heap {
   // its allocation, whose run may then take its units.
   Span* large_evicted = nullptr;
   // Large bytes the thread allocated less those it freed, never below 0
-  // (others' frees of its blocks count on their heaps, down to 0): the
-  // cache holds at most half of it (large_cache_cap).  Written by the thread.
+  // (others' frees of its blocks count on their heaps, down to 0; 0 again
+  // when the thread exits): the cache holds at most half of it
+  // (large_cache_cap).  Written by the thread.
   uint64_t large_live = 0;
+  // The most large_live has been since the last lm_thread_collect or thread
+  // exit (large_peak_reset): the cache holds at most large_peak -
+  // large_live (large_cache_cap).  Written by the thread.
+  uint64_t large_peak = 0;
 };
 
 // ---- allocation API (what override/ exports under the standard names) ----

@@ -244,6 +244,7 @@ void* alloc_large(size_t size, size_t align, bool* zero, bool growing = false);
 // REQUIRES h held: the thread's cached large blocks go back to the backend
 // once h is let go.
 void large_cache_drain(Heap* h);
+void large_peak_reset(Heap* h, bool exiting);
 void release_to_backend(Span* s, bool contents_gone = false);
 LM_NOINLINE void free_generic(void* p, Span* s);
 bool move_huge(Span* s, void* q);

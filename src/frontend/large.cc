@@ -11,16 +11,16 @@ namespace lazymalloc::detail {
 
 namespace {
 
-// After a block went back through Backend::alloc: what release_to_backend
+// After blocks went back through Backend::alloc: what release_to_backend
 // does after Backend::release (the purger's limits and inline decay, the
 // background thread).
 void give_back_done(Span* given) {
   if (given) g.purger.after_release(g.backend.last_activity_ns(), background_ensure());
 }
 
-// `give_back`: a block the large cache evicted, released in the same lock
-// hold (Backend::alloc), then handed to the purger as release_to_backend
-// does.
+// `give_back`: blocks the large cache lets go on a miss (a list through
+// Span::next), released in the same lock hold (Backend::alloc), then handed
+// to the purger as release_to_backend does.
 Span* backend_alloc(size_t size, size_t align, bool growing, Span* give_back) {
   Span* s = nullptr;
   if (LM_UNLIKELY(g.releaser.inflight_bytes() != 0)) {
@@ -38,9 +38,10 @@ Span* backend_alloc(size_t size, size_t align, bool growing, Span* give_back) {
 }
 
 // The thread's cache of freed large blocks (Heap::large_cache): a free
-// puts the block there, a malloc takes the most recent block that fits it
+// puts the block there, a malloc takes the smallest block that fits it
 // within 2x (the request uses at least half of it, as with power-of-two
-// size classes; its tail is idle while it serves), neither takes the
+// size classes; its tail is idle while it serves; the smallest, so that big
+// blocks stay for big requests), neither takes the
 // backend's lock, which two threads churning large blocks otherwise queue
 // on, nor writes a process-wide counter (their statistics are folded per
 // heap: large_count).  The cache is heap state: the thread holds the heap
@@ -79,20 +80,66 @@ Span* large_evicted_take(Heap* h) {
   return s;
 }
 
-// A hit, or nullptr and *give_back: the evicted block for the backend
-// allocation that follows (Backend::alloc releases it in the same lock
-// hold, so that a miss costs one lock hold, not two).
+// The cache's byte bound for h when the thread holds `live` large bytes
+// (Heap::large_live, or what it will be once a miss's block is live):
+//  - the option;
+//  - at most half of the large bytes the thread holds live (and at least
+//    the largest block), so that it grows with the thread's use and costs a
+//    thread with few large blocks little: a thread churning 5 MiB of large
+//    blocks held 4 MiB more in its cache, a third of its peak
+//    (large-churn-1t);
+//  - at most the thread's peak of live large bytes less its live ones
+//    (Heap::large_peak), so that its blocks and its cache together hold no
+//    more than its blocks did at their peak: with the smallest fit and the
+//    miss's give-back, large-churn-1t's peak RSS went 21.2 -> 17.3 MiB.
+//    A put of the thread's own block always has room (the bound held
+//    before the free); a miss gives back the oldest blocks beyond it.
+uint64_t large_cache_cap(const Heap* h, uint64_t live) {
+  uint64_t cap = uint64_t(option(Opt::large_cache));
+  uint64_t half = live / 2;
+  if (half < kMaxLarge) half = kMaxLarge;
+  if (half < cap) cap = half;
+  uint64_t room = h->large_peak > live ? h->large_peak - live : 0;
+  return room < cap ? room : cap;
+}
+
+// REQUIRES h held: entry i leaves the cache for the list *out (the blocks
+// a miss gives back).
+void large_cache_give(Heap* h, uint32_t i, Span** out) {
+  Span* s = large_cache_unlist(h, i);
+  large_uncount(h, s);
+  s->next = *out;
+  *out = s;
+}
+
+// A hit, or nullptr and *give_back: the blocks for the backend allocation
+// that follows (Backend::alloc releases them in the same lock hold, so that
+// a miss costs one lock hold, not two): the evicted block; the cached blocks
+// smaller than the request, which could not serve it (the thread's demand
+// has moved to bigger blocks; the new run may take their units); and the
+// oldest ones beyond the cap once the new block is live.
 Span* large_cache_take(Heap* h, size_t size, Span** give_back) {
   HeapGuard guard(h);
+  uint32_t best = kLargeCacheSlots;
   for (uint32_t i = h->large_cached; i-- > 0;) {
     const Span* s = h->large_cache[i];
     if (s->bytes < size || s->bytes > 2 * size) continue;
+    if (best == kLargeCacheSlots || s->bytes < h->large_cache[best]->bytes) best = i;
+  }
+  if (best != kLargeCacheSlots) {
     large_count(h, Folded::large_cache_hits, 1);
-    Span* hit = large_cache_unlist(h, i);
+    Span* hit = large_cache_unlist(h, best);
     large_uncount(h, hit);
     return hit;
   }
-  *give_back = large_evicted_take(h);
+  Span* list = large_evicted_take(h);
+  if (list) list->next = nullptr;
+  for (uint32_t i = h->large_cached; i-- > 0;) {
+    if (h->large_cache[i]->bytes < size) large_cache_give(h, i, &list);
+  }
+  const uint64_t cap = large_cache_cap(h, h->large_live + align_up(size, kUnitSize));
+  while (h->large_cache_bytes > cap) large_cache_give(h, 0, &list);
+  *give_back = list;
   return nullptr;
 }
 
@@ -113,20 +160,16 @@ void large_cache_evict(Heap* h) {
 // otherwise stay at its least for good).
 inline void large_live_sub(Heap* h, uint64_t bytes) { h->large_live = h->large_live > bytes ? h->large_live - bytes : 0; }
 
-// The cache's byte bound for h: the option, but at most half of the large
-// bytes the thread holds live (and at least the largest block), so that it
-// grows with the thread's use and costs a thread with few large blocks
-// little: a thread churning 5 MiB of large blocks held 4 MiB more in its
-// cache, a third of its peak (large-churn-1t).
-uint64_t large_cache_cap(const Heap* h) {
-  uint64_t cap = uint64_t(option(Opt::large_cache));
-  uint64_t half = h->large_live / 2;
-  if (half < kMaxLarge) half = kMaxLarge;
-  return half < cap ? half : cap;
+// A large block of `bytes` comes into h's thread's hands: its live large
+// bytes and their peak (the cache's bound, large_cache_cap).
+inline void large_live_add(Heap* h, uint64_t bytes) {
+  if (h == &g_empty_heap) return;
+  h->large_live += bytes;
+  if (h->large_live > h->large_peak) h->large_peak = h->large_live;
 }
 
 bool large_cache_put(Heap* h, Span* s) {
-  uint64_t cap = large_cache_cap(h);
+  uint64_t cap = large_cache_cap(h, h->large_live);
   if (s->bytes > cap) return false;
   HeapGuard guard(h);
   while (h->large_cached == kLargeCacheSlots || h->large_cache_bytes + s->bytes > cap) large_cache_evict(h);
@@ -140,6 +183,17 @@ bool large_cache_put(Heap* h, Span* s) {
 }
 
 }  // namespace
+
+// The thread gave back what it holds (lm_thread_collect): its peak starts
+// again from its live bytes, so that its cache is bounded by its use from
+// now on.  `exiting` (thread exit): the next thread to adopt the heap
+// starts from nothing, live bytes included (those of the exited thread's
+// blocks count on the heaps of the threads that free them).  The thread's
+// own call: the peak and the live bytes are the thread's to write.
+void large_peak_reset(Heap* h, bool exiting) {
+  if (exiting) h->large_live = 0;
+  h->large_peak = h->large_live;
+}
 
 void large_cache_drain(Heap* h) {
   while (h->large_cached) large_cache_evict(h);
@@ -166,7 +220,7 @@ void* alloc_large(size_t size, size_t align, bool* zero, bool growing) {
   if (s->kind == SpanKind::kLarge) {
     large_count(tl_heap, Folded::large_allocs, 1);
     large_count(tl_heap, Folded::large_blocks, 1);
-    if (tl_heap != &g_empty_heap) tl_heap->large_live += s->bytes;
+    large_live_add(tl_heap, s->bytes);
   }
   if (zero) *zero = s->zero;
   if (g_secure) {
@@ -253,7 +307,7 @@ bool large_resize(Span* s, size_t size) {
     if (s->kind == SpanKind::kHuge) large_count(tl_heap, Folded::large_blocks, uint64_t(-1));
     if (tl_heap != &g_empty_heap) {
       large_live_sub(tl_heap, bytes);
-      if (s->kind == SpanKind::kLarge) tl_heap->large_live += s->bytes;
+      if (s->kind == SpanKind::kLarge) large_live_add(tl_heap, s->bytes);
     }
   }
   return true;

@@ -41,6 +41,7 @@ void heap_thread_exit(void* arg) {
     HeapGuard guard(h);
     heap_collect(h);
   }
+  large_peak_reset(h, true);
   tl_heap = &g_empty_heap;
   LockGuard guard(g.heaps_lock);
   h->owned = false;
@@ -237,6 +238,7 @@ void lm_thread_collect() {
   quarantine_flush(h);
   HeapGuard guard(h);
   heap_collect(h);
+  large_peak_reset(h, false);
 }
 
 namespace {

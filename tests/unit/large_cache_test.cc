@@ -61,19 +61,23 @@ TEST_F(LargeCache, AFreedBlockServesTheNextMallocThatFitsIt) {
   EXPECT_EQ(lm_check_invariants(), nullptr);
 }
 
+// The miss then gives the 1 MiB block back (with the 320 KiB block live,
+// the thread's peak, 1 MiB, leaves its cache 704 KiB), in the lock hold
+// that allocates the new block, which may take its first units.
 TEST_F(LargeCache, ABlockMuchLargerThanTheRequestIsNotUsed) {
   char* big = static_cast<char*>(lm_malloc(1024 * kKiB));
   lm_free(big);
   const uint64_t hits = stat("large_cache_hits");
   char* small = static_cast<char*>(lm_malloc(300 * kKiB));  // 1 MiB > 2 x 300 KiB
-  EXPECT_NE(small, big);
+  ASSERT_NE(small, nullptr);
+  EXPECT_EQ(lm_usable_size(small), 320 * kKiB);
   EXPECT_EQ(stat("large_cache_hits"), hits);
-  EXPECT_EQ(stat("large_cache_bytes"), 1024 * kKiB);
+  EXPECT_EQ(stat("large_cache_bytes"), 0u);
   lm_free(small);
 }
 
 // The request uses at least half of a cached block: 1 MiB serves 520 KiB
-// (the same thread's most recent block that fits, not the older one).
+// (of blocks of one size, the most recent; the older one waits evicted).
 TEST_F(LargeCache, ABlockUpToTwiceTheRequestServesIt) {
   char* older = static_cast<char*>(lm_malloc(1024 * kKiB));
   char* big = static_cast<char*>(lm_malloc(1024 * kKiB));
@@ -119,13 +123,15 @@ TEST_F(LargeCache, AHitAndAPutWriteNoProcessWideState) {
 // The gauges add up over heaps: a block one thread allocates and another
 // frees counts +1 on the first heap and -1 on the second.
 TEST_F(LargeCache, AGaugeSumsOverHeapsWhenAnotherThreadFrees) {
-  lm_free(lm_malloc(16));  // this thread gets its heap (and cache)
+  // This thread gets its heap (and cache) and a peak of 704 KiB of large
+  // blocks, the room its cache has for another's block.
+  lm_free(lm_malloc(700 * kKiB));
   const uint64_t blocks = stat("large_blocks"), cached = stat("large_cache_bytes");
   void* p = nullptr;
   std::thread([&] { p = lm_malloc(700 * kKiB); }).join();
   ASSERT_NE(p, nullptr);
   EXPECT_EQ(stat("large_blocks"), blocks + 1);
-  lm_free(p);  // into this thread's cache
+  lm_free(p);  // into this thread's cache (its own block waits evicted)
   EXPECT_EQ(stat("large_blocks"), blocks);
   EXPECT_EQ(stat("large_cache_bytes"), cached + 704 * kKiB);
   EXPECT_EQ(lm_check_invariants(), nullptr);
@@ -184,6 +190,100 @@ TEST_F(LargeCache, HoldsAtMostHalfTheThreadsLiveLargeBytes) {
   for (void* p : v) lm_free(p);
   EXPECT_EQ(stat("large_cache_bytes"), 4 * 704 * kKiB);
   for (void* p : live) lm_free(p);
+  EXPECT_EQ(lm_check_invariants(), nullptr);
+}
+
+// A malloc takes the smallest cached block that fits it within 2x, not the
+// most recent: the 1 MiB block stays for a request only it can serve.
+TEST_F(LargeCache, TheSmallestBlockThatFitsServesAMalloc) {
+  std::vector<void*> live;  // 8 MiB live: room for the cache (half of live, peak less live)
+  for (int i = 0; i < 8; ++i) live.push_back(lm_malloc(1024 * kKiB));
+  char* mid = static_cast<char*>(lm_malloc(600 * kKiB));   // 640 KiB
+  char* big = static_cast<char*>(lm_malloc(1024 * kKiB));  // 1 MiB
+  char* top = static_cast<char*>(lm_malloc(800 * kKiB));   // 832 KiB
+  lm_free(mid);
+  lm_free(big);
+  lm_free(top);
+  ASSERT_EQ(stat("large_cache_bytes"), (640 + 1024 + 832) * kKiB);
+  const uint64_t hits = stat("large_cache_hits");
+  char* p = static_cast<char*>(lm_malloc(520 * kKiB));  // all three fit within 2x
+  EXPECT_EQ(p, mid) << "the smallest block that fits, not the most recent (832 KiB)";
+  char* q = static_cast<char*>(lm_malloc(900 * kKiB));
+  EXPECT_EQ(q, big);
+  char* r = static_cast<char*>(lm_malloc(700 * kKiB));
+  EXPECT_EQ(r, top);
+  EXPECT_EQ(stat("large_cache_hits"), hits + 3);
+  EXPECT_EQ(stat("large_cache_bytes"), 0u);
+  lm_free(p);
+  lm_free(q);
+  lm_free(r);
+  for (void* b : live) lm_free(b);
+  EXPECT_EQ(lm_check_invariants(), nullptr);
+}
+
+// A miss gives back the cached blocks smaller than its request (they could
+// not serve it), with the evicted one, in its own backend lock hold; a
+// block too big to serve it within 2x stays while the cap leaves it room.
+TEST_F(LargeCache, AMissGivesBackTheSmallerCachedBlocks) {
+  std::vector<void*> live;
+  for (int i = 0; i < 8; ++i) live.push_back(lm_malloc(1024 * kKiB));
+  std::vector<void*> smaller;  // 9 x 320 KiB
+  for (int i = 0; i < 9; ++i) smaller.push_back(lm_malloc(300 * kKiB));
+  char* big = static_cast<char*>(lm_malloc(1024 * kKiB));
+  for (void* p : smaller) lm_free(p);
+  lm_free(big);
+  // 8 slots: seven 320 KiB blocks and the 1 MiB one, one 320 KiB evicted
+  // (counted), one gone back.
+  ASSERT_EQ(stat("large_cache_bytes"), (8 * 320 + 1024) * kKiB);
+  const uint64_t hits = stat("large_cache_hits");
+  void* miss = lm_malloc(500 * kKiB);  // 320 KiB < 500 KiB, 1 MiB > 2 x 500 KiB
+  ASSERT_NE(miss, nullptr);
+  EXPECT_EQ(stat("large_cache_hits"), hits);
+  EXPECT_EQ(stat("large_cache_bytes"), 1024 * kKiB) << "the smaller blocks went back with the miss";
+  EXPECT_EQ(lm_check_invariants(), nullptr);
+  char* q = static_cast<char*>(lm_malloc(1000 * kKiB));
+  EXPECT_EQ(q, big);
+  EXPECT_EQ(stat("large_cache_hits"), hits + 1);
+  lm_free(q);
+  lm_free(miss);
+  for (void* b : live) lm_free(b);
+  EXPECT_EQ(lm_check_invariants(), nullptr);
+}
+
+// The cache holds at most the thread's peak of live large bytes less those
+// it holds live: with two 1 MiB blocks at the peak, one freed is cached, and
+// a miss for a 320 KiB block gives it back (1 MiB + 320 KiB live leaves
+// 704 KiB under the peak).  A thread that has held no large block since
+// lm_thread_collect or since its heap's last thread exited caches none
+// that another thread allocated.
+TEST_F(LargeCache, HoldsAtMostThePeakLessTheLiveLargeBytes) {
+  char* a = static_cast<char*>(lm_malloc(1024 * kKiB));
+  char* b = static_cast<char*>(lm_malloc(1024 * kKiB));
+  lm_free(a);
+  EXPECT_EQ(stat("large_cache_bytes"), 1024 * kKiB);
+  void* small = lm_malloc(300 * kKiB);  // a miss: 1 MiB > 2 x 300 KiB
+  ASSERT_NE(small, nullptr);
+  EXPECT_EQ(stat("large_cache_bytes"), 0u) << "1 MiB cached over 704 KiB of room";
+  EXPECT_EQ(lm_check_invariants(), nullptr);
+  lm_free(small);
+  lm_free(b);
+  lm_thread_collect();  // the peak starts again from the live bytes (none)
+  ASSERT_EQ(stat("large_cache_bytes"), 0u);
+  void* p = nullptr;
+  std::thread([&] { p = lm_malloc(700 * kKiB); }).join();
+  ASSERT_NE(p, nullptr);
+  lm_free(p);
+  EXPECT_EQ(stat("large_cache_bytes"), 0u) << "no room under a peak of 0";
+  // An exiting thread's live bytes and peak start again too: the next
+  // thread to adopt its heap (the pool's top) has no room for a block.
+  void* left = nullptr;
+  std::thread([&] { left = lm_malloc(700 * kKiB); }).join();  // live and peak 704 KiB
+  ASSERT_NE(left, nullptr);
+  std::thread([&] {
+    lm_free(lm_malloc(16));  // adopts the exited thread's heap
+    lm_free(left);
+    EXPECT_EQ(stat("large_cache_bytes"), 0u) << "the adopted heap's use was reset at exit";
+  }).join();
   EXPECT_EQ(lm_check_invariants(), nullptr);
 }
 
