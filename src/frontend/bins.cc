@@ -178,22 +178,29 @@ void bin_event(Heap* h) {
 // REQUIRES h held (so no collector takes from the bins meanwhile: it
 // claims the heap first).  Thread exit: bin c takes nothing more (a bin
 // of capacity 0: every malloc takes the slow path, every free goes
-// straight to its span, bin_overflow) and what its two stacks held goes
+// straight to its span, bin_overflow), and what its two stacks held goes
 // back to the spans from where it lies, the heap's slots, which nothing
-// writes once the bin is disabled: first the upper stack moves down onto
-// the lower one's top, then the one run goes back.  No copy onto the
+// writes once the bin is disabled (bin_return_disabled).  No copy onto the
 // stack (bin_flush_held's, 2 KiB: a short-lived thread's exit touched
 // fresh stack pages with it, issue #16).  true if another heap got work.
-static bool bin_disable_held(Heap* h, unsigned c) {
+static bool bin_return_disabled(Heap* h, unsigned c, const Bin& bin, Block** fbase);
+static inline bool bin_disable_held(Heap* h, unsigned c) {
   const Bin bin = tl_bins[c];
   Block** const fbase = tl_bin_fbase[c];
   tl_bins[c] = Bin{};
   tl_bin_fbase[c] = nullptr;
-  if (!bin.flimit) return false;
+  // Most of an exiting thread's bins are empty and published as empty.
+  if (bin.top <= bin.base && bin.ftop == fbase && tl_bin_bytes[c] == 0) return false;
+  return bin_return_disabled(h, c, bin, fbase);
+}
+
+// The two stacks lie in the two halves of the bin's slots, either way
+// round (a collector's take may have left an allocation stack's base
+// above the start of its half, bins_take_idle, never above its top): the
+// upper one moves down onto the lower one's top, and the one run goes
+// back.
+static bool bin_return_disabled(Heap* h, unsigned c, const Bin& bin, Block** fbase) {
   cache_bytes_now(h, &tl_bin_bytes[c], 0);
-  // A collector's take may have left an allocation stack's base above the
-  // start of its half (bins_take_idle), never above its top; the stacks
-  // lie in the two halves of the bin's slots, either way round.
   Block** a0 = bin.base;
   Block** a1 = bin.top > bin.base ? bin.top : bin.base;
   Block** f0 = fbase;
@@ -202,7 +209,7 @@ static bool bin_disable_held(Heap* h, unsigned c) {
     std::swap(a0, f0);
     std::swap(a1, f1);
   }
-  memmove(a1, f0, size_t(f1 - f0) * sizeof(Block*));
+  if (f1 != f0 && a1 != f0) memmove(a1, f0, size_t(f1 - f0) * sizeof(Block*));
   const uint32_t n = uint32_t((a1 - a0) + (f1 - f0));
   return n != 0 && return_objects_held(h, a0, n);
 }
