@@ -124,7 +124,9 @@ void bins_to_start(Heap* h) {
 // of the allocation stack (refilled or older) and of the free stack all but
 // the `keep` most recent.  The bin is brought to its final state before any
 // object goes back.  REQUIRES h held; true if another heap got work.
-static bool bin_flush_held(Heap* h, unsigned c, uint32_t keep) {
+// Never inlined: its 2 KiB array stays in its own frame, off the stack of
+// callers that return a cache without it (bins_return_all at thread exit).
+static LM_NOINLINE bool bin_flush_held(Heap* h, unsigned c, uint32_t keep) {
   Bin& bin = tl_bins[c];
   if (!bin.flimit) return false;
   if (h->bins_taken) bins_to_start(h);
