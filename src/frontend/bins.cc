@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "frontend/internal.h"
 
@@ -124,7 +125,9 @@ void bins_to_start(Heap* h) {
 // of the allocation stack (refilled or older) and of the free stack all but
 // the `keep` most recent.  The bin is brought to its final state before any
 // object goes back.  REQUIRES h held; true if another heap got work.
-static bool bin_flush_held(Heap* h, unsigned c, uint32_t keep) {
+// Never inlined: its 2 KiB array stays in its own frame, off the stack of
+// callers that return a cache without it (bins_return_all at thread exit).
+static LM_NOINLINE bool bin_flush_held(Heap* h, unsigned c, uint32_t keep) {
   Bin& bin = tl_bins[c];
   if (!bin.flimit) return false;
   if (h->bins_taken) bins_to_start(h);
@@ -175,27 +178,66 @@ void bin_event(Heap* h) {
   if (pending) heap_work_arrived();
 }
 
+// REQUIRES h held (so no collector takes from the bins meanwhile: it
+// claims the heap first).  Thread exit: bin c takes nothing more (a bin
+// of capacity 0: every malloc takes the slow path, every free goes
+// straight to its span, bin_overflow), and what its two stacks held goes
+// back to the spans from where it lies, the heap's slots, which nothing
+// writes once the bin is disabled (bin_return_disabled).  No copy onto the
+// stack (bin_flush_held's, 2 KiB: a short-lived thread's exit touched
+// fresh stack pages with it, issue #16).  true if another heap got work.
+static bool bin_return_disabled(Heap* h, unsigned c, const Bin& bin, Block** fbase);
+static inline bool bin_disable_held(Heap* h, unsigned c) {
+  const Bin bin = tl_bins[c];
+  Block** const fbase = tl_bin_fbase[c];
+  tl_bins[c] = Bin{};
+  tl_bin_fbase[c] = nullptr;
+  // Most of an exiting thread's bins are empty and published as empty.
+  if (bin.top <= bin.base && bin.ftop == fbase && tl_bin_bytes[c] == 0) return false;
+  return bin_return_disabled(h, c, bin, fbase);
+}
+
+// The two stacks lie in the two halves of the bin's slots, either way
+// round (a collector's take may have left an allocation stack's base
+// above the start of its half, bins_take_idle, never above its top): the
+// upper one moves down onto the lower one's top, and the one run goes
+// back.
+static bool bin_return_disabled(Heap* h, unsigned c, const Bin& bin, Block** fbase) {
+  cache_bytes_now(h, &tl_bin_bytes[c], 0);
+  Block** a0 = bin.base;
+  Block** a1 = bin.top > bin.base ? bin.top : bin.base;
+  Block** f0 = fbase;
+  Block** f1 = bin.ftop;
+  if (f0 < a0) {
+    std::swap(a0, f0);
+    std::swap(a1, f1);
+  }
+  if (f1 != f0 && a1 != f0) memmove(a1, f0, size_t(f1 - f0) * sizeof(Block*));
+  const uint32_t n = uint32_t((a1 - a0) + (f1 - f0));
+  return n != 0 && return_objects_held(h, a0, n);
+}
+
 // Returns every object of this thread's bins to their spans; with
-// `disable`, the bins take nothing more (thread exit: every free then goes
-// straight to its span) and the heap forgets them.
-void bins_return_all(Heap* h, bool disable) {
+// `exiting`, the bins are disabled first and take nothing more (thread
+// exit: bin_disable_held), and the heap forgets them.
+void bins_return_all(Heap* h, bool exiting) {
   bool pending = false;
   {
     HeapGuard guard(h);
-    if (h->bins_taken) bins_to_start(h);
+    if (!exiting && h->bins_taken) bins_to_start(h);
     for (unsigned c = 0; c < kSmallClasses; ++c) {
-      // An empty bin published as empty has nothing to return (most of a
-      // thread's bins when it exits).
-      if (bin_count(tl_bins[c], c) != 0 || tl_bin_bytes[c] != 0) pending |= bin_flush_held(h, c, 0);
-      if (disable) {
-        tl_bins[c] = Bin{};
-        tl_bin_fbase[c] = nullptr;
+      if (exiting) {
+        pending |= bin_disable_held(h, c);
+      } else if (bin_count(tl_bins[c], c) != 0 || tl_bin_bytes[c] != 0) {
+        // An empty bin published as empty has nothing to return.
+        pending |= bin_flush_held(h, c, 0);
       }
     }
-    if (disable && h != &g_empty_heap) {
+    if (exiting && h != &g_empty_heap) {
       h->thread_bins = nullptr;
       h->thread_fbase = nullptr;
       h->thread_bin_bytes = nullptr;
+      h->bins_taken = false;
     }
   }
   if (pending) heap_work_arrived();

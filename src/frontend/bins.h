@@ -231,7 +231,7 @@ void bin_event(Heap* h);
 // only: the fast paths never count).
 void bin_published(Heap* h, unsigned c);
 void bins_enable(Heap* h);
-void bins_return_all(Heap* h, bool disable);
+void bins_return_all(Heap* h, bool exiting);
 
 }  // namespace lazymalloc::detail
 
