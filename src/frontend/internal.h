@@ -238,6 +238,26 @@ bool heap_purge_spans(Heap* h, const SpanPurgeArgs& args, uint64_t* next_wait);
 // (kNoDeadline: none).
 bool heap_clean_spans(Heap* h, const SpanPurgeArgs& args, uint64_t* next_wait);
 
+// ---- sparse spans (spans.cc)
+
+// Spans of the classes above 8 KiB (more than one unit) whose pages the
+// program touches sparsely (`mixed`: 32-256 KiB objects written on their
+// first and last page) get slots of their own, advised MADV_NOHUGEPAGE
+// (Backend::alloc_units_span); a heap keeps up to kKeptSpans empty ones
+// per class, at most its sparse bytes in all, for the class's next span;
+// and an empty span of those classes goes back with MADV_DONTNEED when at
+// most half its pages are resident.  The verdict per class is measured on
+// those releases (Platform::resident_pages): g_class_residency is the
+// resident share of the class's released spans in 1/255ths, a moving
+// average (a quarter per release), 0 until measured; a class above half is
+// dense (`phases` writes its objects whole) and its spans are ordinary.
+inline constexpr unsigned kKeptSpans = 8;
+inline constexpr unsigned kSparseResidencyMax = 128;
+extern std::atomic<uint8_t> g_class_residency[kSmallClasses];
+inline bool class_sparse_now(unsigned c) {
+  return kClasses.units[c] > 1 && g_class_residency[c].load(std::memory_order_relaxed) <= kSparseResidencyMax;
+}
+
 // ---- large and huge blocks (large.cc)
 
 void* alloc_large(size_t size, size_t align, bool* zero, bool growing = false);
