@@ -312,6 +312,8 @@ class Backend {
   size_t span_records() { return spans_.live_records(); }
 
   MemoryState memory_state() const;
+  // Whether the arenas carry MADV_HUGEPAGE now (a racy read: a hint).
+  bool arenas_huge() const { return __atomic_load_n(&huge_arenas_, __ATOMIC_RELAXED); }
   // Withdraws the arenas' hugepage advice if the heap has become sparse
   // (see hugepages_pay); called after purges, which make it so.
   void review_hugepages();

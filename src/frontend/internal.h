@@ -245,18 +245,40 @@ bool heap_clean_spans(Heap* h, const SpanPurgeArgs& args, uint64_t* next_wait);
 // first and last page) get slots of their own, advised MADV_NOHUGEPAGE
 // (Backend::alloc_units_span); a heap keeps up to kKeptSpans empty ones
 // per class, at most its sparse bytes in all, for the class's next span;
-// and an empty span of those classes goes back with MADV_DONTNEED when at
-// most half its pages are resident.  The verdict per class is measured on
-// those releases (Platform::resident_pages): g_class_residency is the
-// resident share of the class's released spans in 1/255ths, a moving
-// average (a quarter per release), 0 until measured; a class above half is
-// dense (`phases` writes its objects whole) and its spans are ordinary.
+// and an empty sparse span goes back with MADV_DONTNEED when at most half
+// its pages are resident.  The verdict per class (class_sparse_now) is
+// measured on 4 KiB pages only, where residency is the program's touch
+// pattern (a hugepage is resident whole): sparse spans, and the first
+// kResidencySamples ordinary spans of the class while the arenas carry no
+// hugepage advice, with Platform::resident_pages as they go back to the
+// backend, and sparse spans as they are kept while the class has fewer
+// than kResidencySamples samples:
+// g_class_residency is the resident share in 1/255ths, a moving average (a
+// quarter per sample).  Until its first sample a class is on probation: at
+// most kProbeSpans of its spans are sparse at a time (g_class_sparse_spans),
+// the rest ordinary, so that a class written whole (`phases`, whose first
+// phase passes hugepage_threshold before it frees anything) puts one span
+// on 4 KiB pages before its verdict: a slot once faulted in 4 KiB pages
+// keeps them (its page table) when it is reused for ordinary spans or huge
+// blocks, and with 4 probe spans per class `phases` faulted 2.5k pages
+// more per run and held 1-3 MiB more.  Above half resident a class
+// is dense and its spans are ordinary (never measured again).
 inline constexpr unsigned kKeptSpans = 8;
 inline constexpr unsigned kSparseResidencyMax = 128;
+inline constexpr unsigned kResidencySamples = 8;
+inline constexpr uint32_t kProbeSpans = 1;
 extern std::atomic<uint8_t> g_class_residency[kSmallClasses];
+extern std::atomic<uint8_t> g_class_samples[kSmallClasses];
+extern std::atomic<uint32_t> g_class_sparse_spans[kSmallClasses];
 inline bool class_sparse_now(unsigned c) {
-  return kClasses.units[c] > 1 && g_class_residency[c].load(std::memory_order_relaxed) <= kSparseResidencyMax;
+  if (kClasses.units[c] <= 1) return false;
+  if (g_class_samples[c].load(std::memory_order_relaxed) == 0) {
+    return g_class_sparse_spans[c].load(std::memory_order_relaxed) < kProbeSpans;
+  }
+  return g_class_residency[c].load(std::memory_order_relaxed) <= kSparseResidencyMax;
 }
+// Tests: every class unmeasured again.
+void class_residency_reset();
 
 // ---- large and huge blocks (large.cc)
 

@@ -57,30 +57,56 @@ void heap_unclaim(Heap* h) {
 }
 
 constinit std::atomic<uint8_t> g_class_residency[kSmallClasses] = {};
+constinit std::atomic<uint8_t> g_class_samples[kSmallClasses] = {};
+constinit std::atomic<uint32_t> g_class_sparse_spans[kSmallClasses] = {};
+
+void class_residency_reset() {
+  for (unsigned c = 0; c < kSmallClasses; ++c) {
+    g_class_residency[c].store(0, std::memory_order_relaxed);
+    g_class_samples[c].store(0, std::memory_order_relaxed);
+  }
+}
 
 namespace {
 
-// An empty small span goes back to the backend (no lock held, the heap let
-// go).  A span of a class above 8 KiB is asked how many of its pages are
-// resident first: that updates its class's verdict (class_sparse_now), and
-// at most half resident, it goes back with MADV_DONTNEED (its units CLEAN),
-// so that the few pages a sparse span touched do not stay RETAINED in
-// holes that other spans touch at other offsets.
-void release_small(Span* s) {
+// Resident pages of sparse span s (its class's verdict takes the sample),
+// or -1 if the kernel would not say.  Races between threads lose a sample
+// at worst (relaxed loads and stores: a heuristic).
+long span_residency(const Span* s, size_t pages) {
   const unsigned c = s->cls;
+  const long resident = g_platform->resident_pages(g_platform->ctx, s->start, s->bytes);
+  if (resident < 0) return resident;
+  const unsigned share = unsigned(uint64_t(resident) * 255 / pages);
+  const unsigned n = g_class_samples[c].load(std::memory_order_relaxed);
+  const unsigned r = g_class_residency[c].load(std::memory_order_relaxed);
+  g_class_residency[c].store(uint8_t(n == 0 ? share : (3 * r + share) / 4), std::memory_order_relaxed);
+  if (n < 255) g_class_samples[c].store(uint8_t(n + 1), std::memory_order_relaxed);
+  return resident;
+}
+
+// An empty small span goes back to the backend (no lock held, the heap let
+// go).  An ordinary span of a class above 8 KiB on 4 KiB pages may give
+// its class a sample (class_sparse_now).  A sparse span is asked how many of its pages are resident first
+// (span_residency): at most half (or its class is now dense), it goes back
+// with MADV_DONTNEED (its units CLEAN), so that the few pages it touched do not stay RETAINED in
+// holes that other spans would touch at other offsets.
+void release_small(Span* s) {
   bool gone = false;
-  if (kClasses.units[c] > 1) {
+  const unsigned c = s->cls;
+  if (!s->sparse && kClasses.units[c] > 1 && !g.backend.arenas_huge() &&
+      g_class_samples[c].load(std::memory_order_relaxed) < kResidencySamples) {
+    span_residency(s, s->bytes / kOsPageSize);
+  } else if (s->sparse) {
+    g_class_sparse_spans[s->cls].fetch_sub(1, std::memory_order_relaxed);
     const size_t pages = s->bytes / kOsPageSize;
-    const long resident = g_platform->resident_pages(g_platform->ctx, s->start, s->bytes);
-    if (resident >= 0) {
-      const unsigned share = unsigned(uint64_t(resident) * 255 / pages);
-      const unsigned r = g_class_residency[c].load(std::memory_order_relaxed);
-      g_class_residency[c].store(uint8_t((3 * r + share) / 4), std::memory_order_relaxed);
-      if (size_t(resident) * 2 <= pages &&
-          g_platform->advise(g_platform->ctx, s->start, s->bytes, Advice::kDontNeed) == 0) {
-        gone = true;
-        g.stats.add(Stat::sparse_span_dontneed_bytes, s->bytes);
-      }
+    const long resident = span_residency(s, pages);
+    // A span of a class now judged dense goes back CLEAN whatever its
+    // residency: only sparse spans reuse a sparse slot's units, and its
+    // RETAINED units would wait partial_decay_ms beside the slot's live spans.
+    if (resident >= 0 && (size_t(resident) * 2 <= pages || !class_sparse_now(c)) &&
+        g_platform->advise(g_platform->ctx, s->start, s->bytes, Advice::kDontNeed) == 0) {
+      gone = true;
+      g.stats.add(Stat::sparse_span_dontneed_bytes, s->bytes);
     }
   }
   release_to_backend(s, gone);
@@ -158,6 +184,9 @@ bool span_keep(Heap* h, Span* s) {
   const unsigned c = s->cls;
   sparse_sub(h, s->bytes);
   if (h->kept_count[c] >= kKeptSpans || h->kept_bytes + s->bytes > h->sparse_bytes) return false;
+  // The class's first samples (a syscall): its kept spans may be all that
+  // goes back for a while.
+  if (g_class_samples[c].load(std::memory_order_relaxed) < kResidencySamples) span_residency(s, s->bytes / kOsPageSize);
   s->next = h->kept[c];
   s->prev = nullptr;
   h->kept[c] = s;
@@ -374,6 +403,7 @@ Span* span_new(Heap* h, unsigned c) {
     s = g.backend.alloc_units_span(kClasses.units[c], sparse);
     if (!s) return nullptr;
     s->sparse = sparse;
+    if (sparse) g_class_sparse_spans[c].fetch_add(1, std::memory_order_relaxed);
     g.stats.add(Stat::small_spans, 1);
     g.stats.add(Stat::small_span_bytes, s->bytes);
     h->stats.inc(HeapStat::spans_acquired);
