@@ -69,9 +69,9 @@ void class_residency_reset() {
 
 namespace {
 
-// Resident pages of sparse span s (its class's verdict takes the sample),
-// or -1 if the kernel would not say.  Races between threads lose a sample
-// at worst (relaxed loads and stores: a heuristic).
+// Resident pages of span s (its class's verdict takes the sample), or -1
+// if the kernel would not say.  Races between threads lose a sample at
+// worst (relaxed loads and stores: a heuristic).
 long span_residency(const Span* s, size_t pages) {
   const unsigned c = s->cls;
   const long resident = g_platform->resident_pages(g_platform->ctx, s->start, s->bytes);
@@ -85,11 +85,12 @@ long span_residency(const Span* s, size_t pages) {
 }
 
 // An empty small span goes back to the backend (no lock held, the heap let
-// go).  An ordinary span of a class above 8 KiB on 4 KiB pages may give
-// its class a sample (class_sparse_now).  A sparse span is asked how many of its pages are resident first
-// (span_residency): at most half (or its class is now dense), it goes back
-// with MADV_DONTNEED (its units CLEAN), so that the few pages it touched do not stay RETAINED in
-// holes that other spans would touch at other offsets.
+// go).  An ordinary span of a class above 8 KiB on 4 KiB pages may give its
+// class a sample (class_sparse_now).  A sparse span is asked how many of its
+// pages are resident (span_residency): at most half, or its class now
+// judged dense, it goes back with MADV_DONTNEED (its units CLEAN), so that
+// the few pages it touched do not stay RETAINED in holes that other spans
+// would touch at other offsets.
 void release_small(Span* s) {
   bool gone = false;
   const unsigned c = s->cls;
