@@ -139,9 +139,9 @@ class Writer;
     "second stage, give MADV_DONTNEED) because hysteresis had lengthened their delay")              \
   X(span_lazy_decay_bytes, counter, "bytes of pages inside small spans purged with MADV_FREE and "  \
     "given MADV_DONTNEED after lazy_decay_ms: the second decay stage inside spans")                 \
-  X(sparse_span_dontneed_bytes, counter, "bytes of empty spans of the classes above 8 KiB given "  \
-    "MADV_DONTNEED as they went back to the backend, at most half of their pages being resident " \
-    "(sparse spans: their units go back CLEAN)")                                                  \
+  X(sparse_span_dontneed_bytes, counter, "bytes of empty sparse spans (classes above 8 KiB) "     \
+    "given MADV_DONTNEED as they went back to the backend, at most half of their pages being "   \
+    "resident or their class judged dense since: their units go back CLEAN")                    \
   X(discardable_blocks, gauge, "live discardable blocks (lazymalloc_discardable_alloc)")          \
   X(discardable_bytes, gauge, "bytes of live discardable blocks (page-rounded), in any state")    \
   X(discardable_locked_bytes, gauge, "bytes of locked discardable blocks (computed when the "     \

@@ -248,34 +248,27 @@ bool heap_clean_spans(Heap* h, const SpanPurgeArgs& args, uint64_t* next_wait);
 // and an empty sparse span goes back with MADV_DONTNEED when at most half
 // its pages are resident.  The verdict per class (class_sparse_now) is
 // measured on 4 KiB pages only, where residency is the program's touch
-// pattern (a hugepage is resident whole): sparse spans, and the first
-// kResidencySamples ordinary spans of the class while the arenas carry no
-// hugepage advice, with Platform::resident_pages as they go back to the
-// backend, and sparse spans as they are kept while the class has fewer
-// than kResidencySamples samples:
-// g_class_residency is the resident share in 1/255ths, a moving average (a
-// quarter per sample).  Until its first sample a class is on probation: at
-// most kProbeSpans of its spans are sparse at a time (g_class_sparse_spans),
-// the rest ordinary, so that a class written whole (`phases`, whose first
-// phase passes hugepage_threshold before it frees anything) puts one span
-// on 4 KiB pages before its verdict: a slot once faulted in 4 KiB pages
-// keeps them (its page table) when it is reused for ordinary spans or huge
-// blocks, and with 4 probe spans per class `phases` faulted 2.5k pages
-// more per run and held 1-3 MiB more.  Above half resident a class
-// is dense and its spans are ordinary (never measured again).
+// pattern (a hugepage is resident whole): the first kResidencySamples
+// ordinary spans of the class that go back while the arenas carry no
+// hugepage advice, and sparse spans as they go back to the backend, and
+// as they are kept while the class has fewer than kResidencySamples
+// samples, with Platform::resident_pages.  g_class_residency is the
+// resident share in 1/255ths, a moving average (a quarter per sample).  A
+// class is sparse once measured at most half resident; unmeasured, or
+// above half (`phases` writes its blocks whole), its spans are ordinary.
+// Probes (the first span of an unmeasured class made sparse to measure it)
+// were tried: `phases` passes hugepage_threshold in its first phase before
+// it frees anything, and its probes' slots, faulted in 4 KiB pages, kept
+// those page tables when huge blocks reused them (more faults, up to 2x
+// the phase time, and 0.5-1 MiB more held).
 inline constexpr unsigned kKeptSpans = 8;
 inline constexpr unsigned kSparseResidencyMax = 128;
 inline constexpr unsigned kResidencySamples = 8;
-inline constexpr uint32_t kProbeSpans = 1;
 extern std::atomic<uint8_t> g_class_residency[kSmallClasses];
 extern std::atomic<uint8_t> g_class_samples[kSmallClasses];
-extern std::atomic<uint32_t> g_class_sparse_spans[kSmallClasses];
 inline bool class_sparse_now(unsigned c) {
-  if (kClasses.units[c] <= 1) return false;
-  if (g_class_samples[c].load(std::memory_order_relaxed) == 0) {
-    return g_class_sparse_spans[c].load(std::memory_order_relaxed) < kProbeSpans;
-  }
-  return g_class_residency[c].load(std::memory_order_relaxed) <= kSparseResidencyMax;
+  return kClasses.units[c] > 1 && g_class_samples[c].load(std::memory_order_relaxed) != 0 &&
+         g_class_residency[c].load(std::memory_order_relaxed) <= kSparseResidencyMax;
 }
 // Tests: every class unmeasured again.
 void class_residency_reset();

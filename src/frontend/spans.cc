@@ -58,7 +58,6 @@ void heap_unclaim(Heap* h) {
 
 constinit std::atomic<uint8_t> g_class_residency[kSmallClasses] = {};
 constinit std::atomic<uint8_t> g_class_samples[kSmallClasses] = {};
-constinit std::atomic<uint32_t> g_class_sparse_spans[kSmallClasses] = {};
 
 void class_residency_reset() {
   for (unsigned c = 0; c < kSmallClasses; ++c) {
@@ -98,7 +97,6 @@ void release_small(Span* s) {
       g_class_samples[c].load(std::memory_order_relaxed) < kResidencySamples) {
     span_residency(s, s->bytes / kOsPageSize);
   } else if (s->sparse) {
-    g_class_sparse_spans[s->cls].fetch_sub(1, std::memory_order_relaxed);
     const size_t pages = s->bytes / kOsPageSize;
     const long resident = span_residency(s, pages);
     // A span of a class now judged dense goes back CLEAN whatever its
@@ -404,7 +402,6 @@ Span* span_new(Heap* h, unsigned c) {
     s = g.backend.alloc_units_span(kClasses.units[c], sparse);
     if (!s) return nullptr;
     s->sparse = sparse;
-    if (sparse) g_class_sparse_spans[c].fetch_add(1, std::memory_order_relaxed);
     g.stats.add(Stat::small_spans, 1);
     g.stats.add(Stat::small_span_bytes, s->bytes);
     h->stats.inc(HeapStat::spans_acquired);

@@ -222,25 +222,50 @@ TEST_F(SparseSpans, AMostlyNonResidentSpanGoesBackWithDontNeed) {
   one_span_back(long(pages / 2 + 1), false);
 }
 
-// A class whose objects are written whole is judged dense on its first
-// (probe) span, measured with the real mincore: its next spans are
-// ordinary, in ordinary slots, and not kept.  An unmeasured class has one
-// sparse span at a time (probation).
-TEST_F(SparseSpans, ADenseClassIsNotTreatedAsSparse) {
-  void* p = lm_malloc(kSize);
+// The verdict comes from spans on 4 KiB pages (the arenas unadvised here,
+// the real mincore): an unmeasured class's spans are ordinary; one whose
+// objects are written whole is judged dense and its spans stay ordinary,
+// not kept; one whose objects are touched on their first and last page
+// only is judged sparse and its next span is sparse.
+TEST_F(SparseSpans, TheVerdictSparseOrDenseComesFromTheResidencyOfItsSpans) {
+  lm_set_platform(&pal::linux_platform());
+  lm_purge(true);  // free units CLEAN (really), and the heap sparse: no hugepage advice
+  lm_set_platform(fake.get());
+  ASSERT_FALSE(detail::g.backend.arenas_huge());
+  auto first_span_back = [&](size_t size, bool whole) {
+    void* p = lm_malloc(size);
+    void* q = lm_malloc(size);  // the next span becomes current
+    ASSERT_NE(p, nullptr);
+    ASSERT_NE(q, nullptr);
+    EXPECT_EQ(detail::g.backend.span_of(p)->sparse, 0u);  // unmeasured: ordinary
+    if (whole) {
+      memset(p, 1, size);
+    } else {
+      static_cast<char*>(p)[0] = 1;
+      static_cast<char*>(p)[size - 1] = 1;
+    }
+    lm_free(p);
+    lm_thread_collect();
+    lm_free(q);
+    lm_thread_collect();
+  };
+  // Sparse (first: the dense spans' units come back RETAINED, resident,
+  // and the backend prefers resident units).
+  constexpr size_t kBig = 200000;
+  const unsigned b = size_class(kBig);
+  ASSERT_NE(b, c);
+  first_span_back(kBig, false);
+  EXPECT_GE(detail::g_class_samples[b].load(), 1u);
+  EXPECT_LE(detail::g_class_residency[b].load(), detail::kSparseResidencyMax);
+  EXPECT_TRUE(detail::class_sparse_now(b));
+  void* p = lm_malloc(kBig);
   ASSERT_NE(p, nullptr);
-  memset(p, 1, kSize);
-  Span* s = detail::g.backend.span_of(p);
-  EXPECT_EQ(s->sparse, 1u);  // the probe
-  void* q = lm_malloc(kSize);
-  memset(q, 1, kSize);
-  EXPECT_EQ(detail::g.backend.span_of(q)->sparse, 0u);  // one probe at a time
-  EXPECT_EQ(detail::g_class_samples[c].load(), 0u);
-  lm_free(q);
+  Span* t = detail::g.backend.span_of(p);
+  EXPECT_EQ(t->sparse, 1u);
+  EXPECT_TRUE(t->slot->sparse && t->slot->nohuge);
   lm_free(p);
-  lm_thread_collect();
-  // The probe, and the ordinary span too while the arenas carry no
-  // hugepage advice (4 KiB pages: its residency is the touch pattern).
+  // Dense.
+  first_span_back(kSize, true);
   EXPECT_GE(detail::g_class_samples[c].load(), 1u);
   EXPECT_GT(detail::g_class_residency[c].load(), detail::kSparseResidencyMax);
   EXPECT_FALSE(detail::class_sparse_now(c));
@@ -256,7 +281,9 @@ TEST_F(SparseSpans, ADenseClassIsNotTreatedAsSparse) {
   for (auto& o : v) lm_free(o);
   EXPECT_EQ(detail::tl_heap->kept_count[c], 0u);
   // A class of 8 KiB objects or less (one-unit spans) is never sparse.
-  EXPECT_FALSE(detail::class_sparse_now(size_class(4096)));
+  const unsigned small = size_class(4096);
+  detail::g_class_samples[small].store(1);
+  EXPECT_FALSE(detail::class_sparse_now(small));
 }
 
 }  // namespace
