@@ -254,22 +254,32 @@ bool heap_clean_spans(Heap* h, const SpanPurgeArgs& args, uint64_t* next_wait);
 // as they are kept while the class has fewer than kResidencySamples
 // samples, with Platform::resident_pages.  g_class_residency is the
 // resident share in 1/255ths, a moving average (a quarter per sample).  A
-// class is sparse once measured at most half resident; unmeasured, or
-// above half (`phases` writes its blocks whole), its spans are ordinary.
-// Probes (the first span of an unmeasured class made sparse to measure it)
-// were tried: `phases` passes hugepage_threshold in its first phase before
-// it frees anything, and its probes' slots, faulted in 4 KiB pages, kept
-// those page tables when huge blocks reused them (more faults, up to 2x
-// the phase time, and 0.5-1 MiB more held).
+// class is sparse once measured at most half resident; above half
+// (`phases` writes its blocks whole) its spans are ordinary.  An unmeasured
+// class's spans are ordinary too, but one span at a time, in the whole
+// process, is a probe (g_probe_class: its class): sparse, measured when it
+// is kept or goes back.  A probe that has seen kProbeExpiry new spans of
+// unmeasured classes made without a sample (its objects live long) gives
+// way to the next class's.  One probe
+// per unmeasured class (tried first) put a span of each of `phases`' 17
+// classes above 8 KiB on 4 KiB pages at once, in its first phase, which
+// passes hugepage_threshold before it frees anything: the probes' slots
+// kept their 4 KiB page tables when huge blocks reused them (500 faults
+// more per run, 0.7 MiB more held); with no probe at all, `mixed`'s
+// classes that emptied no span before the threshold stayed ordinary (peak
+// 23 MiB against 17-18.5).
 inline constexpr unsigned kKeptSpans = 8;
 inline constexpr unsigned kSparseResidencyMax = 128;
 inline constexpr unsigned kResidencySamples = 8;
+inline constexpr uint32_t kProbeExpiry = 64;
 extern std::atomic<uint8_t> g_class_residency[kSmallClasses];
 extern std::atomic<uint8_t> g_class_samples[kSmallClasses];
-inline bool class_sparse_now(unsigned c) {
-  return kClasses.units[c] > 1 && g_class_samples[c].load(std::memory_order_relaxed) != 0 &&
-         g_class_residency[c].load(std::memory_order_relaxed) <= kSparseResidencyMax;
-}
+// The class probed now (kSmallClasses: none), and the spans of other
+// unmeasured classes made since it started.
+extern std::atomic<uint32_t> g_probe_class;
+extern std::atomic<uint32_t> g_probe_age;
+// Whether class c's next span is sparse (a new span: it may start a probe).
+bool class_sparse_now(unsigned c);
 // Tests: every class unmeasured again.
 void class_residency_reset();
 

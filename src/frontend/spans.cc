@@ -59,7 +59,26 @@ void heap_unclaim(Heap* h) {
 constinit std::atomic<uint8_t> g_class_residency[kSmallClasses] = {};
 constinit std::atomic<uint8_t> g_class_samples[kSmallClasses] = {};
 
+constinit std::atomic<uint32_t> g_probe_class{kSmallClasses};
+constinit std::atomic<uint32_t> g_probe_age{0};
+
+bool class_sparse_now(unsigned c) {
+  if (kClasses.units[c] <= 1) return false;
+  if (g_class_samples[c].load(std::memory_order_relaxed) != 0) {
+    return g_class_residency[c].load(std::memory_order_relaxed) <= kSparseResidencyMax;
+  }
+  // One span in flight probes its class: the others are ordinary.
+  uint32_t probe = g_probe_class.load(std::memory_order_relaxed);
+  if (probe != kSmallClasses && g_probe_age.fetch_add(1, std::memory_order_relaxed) < kProbeExpiry) return false;
+  // No probe, or an expired one: this span is the next probe.
+  if (!g_probe_class.compare_exchange_strong(probe, c, std::memory_order_relaxed)) return false;
+  g_probe_age.store(0, std::memory_order_relaxed);
+  return true;
+}
+
 void class_residency_reset() {
+  g_probe_class.store(kSmallClasses, std::memory_order_relaxed);
+  g_probe_age.store(0, std::memory_order_relaxed);
   for (unsigned c = 0; c < kSmallClasses; ++c) {
     g_class_residency[c].store(0, std::memory_order_relaxed);
     g_class_samples[c].store(0, std::memory_order_relaxed);
@@ -80,6 +99,8 @@ long span_residency(const Span* s, size_t pages) {
   const unsigned r = g_class_residency[c].load(std::memory_order_relaxed);
   g_class_residency[c].store(uint8_t(n == 0 ? share : (3 * r + share) / 4), std::memory_order_relaxed);
   if (n < 255) g_class_samples[c].store(uint8_t(n + 1), std::memory_order_relaxed);
+  uint32_t probe = c;
+  g_probe_class.compare_exchange_strong(probe, kSmallClasses, std::memory_order_relaxed);  // measured
   return resident;
 }
 

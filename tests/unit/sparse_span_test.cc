@@ -8,6 +8,8 @@
 // answer to resident_pages chosen by the test).
 #include <gtest/gtest.h>
 
+#include <sys/mman.h>
+
 #include <cstring>
 #include <vector>
 
@@ -222,30 +224,23 @@ TEST_F(SparseSpans, AMostlyNonResidentSpanGoesBackWithDontNeed) {
   one_span_back(long(pages / 2 + 1), false);
 }
 
-// The verdict comes from spans on 4 KiB pages (the arenas unadvised here,
-// the real mincore): an unmeasured class's spans are ordinary; one whose
-// objects are written whole is judged dense and its spans stay ordinary,
-// not kept; one whose objects are touched on their first and last page
-// only is judged sparse and its next span is sparse.
+// The verdict: an unmeasured class gets one sparse span (the probe) and
+// ordinary ones; measured (the fake's resident_pages answer) mostly
+// resident, its spans stay ordinary, not kept; measured sparse, its next
+// span is sparse.  The real resident_pages counts the pages touched.
 TEST_F(SparseSpans, TheVerdictSparseOrDenseComesFromTheResidencyOfItsSpans) {
-  lm_set_platform(&pal::linux_platform());
-  lm_purge(true);  // free units CLEAN (really), and the heap sparse: no hugepage advice
-  lm_set_platform(fake.get());
-  ASSERT_FALSE(detail::g.backend.arenas_huge());
-  auto first_span_back = [&](size_t size, bool whole) {
+  auto first_span_back = [&](size_t size, long resident) {
     void* p = lm_malloc(size);
     void* q = lm_malloc(size);  // the next span becomes current
     ASSERT_NE(p, nullptr);
     ASSERT_NE(q, nullptr);
-    EXPECT_EQ(detail::g.backend.span_of(p)->sparse, 0u);  // unmeasured: ordinary
-    if (whole) {
-      memset(p, 1, size);
-    } else {
-      static_cast<char*>(p)[0] = 1;
-      static_cast<char*>(p)[size - 1] = 1;
-    }
+    // Unmeasured: the first span is the probe, the next one ordinary.
+    EXPECT_EQ(detail::g.backend.span_of(p)->sparse, 1u);
+    EXPECT_EQ(detail::g.backend.span_of(q)->sparse, 0u);
+    fake.resident_answer = resident;
     lm_free(p);
     lm_thread_collect();
+    fake.resident_answer = -2;
     lm_free(q);
     lm_thread_collect();
   };
@@ -254,7 +249,7 @@ TEST_F(SparseSpans, TheVerdictSparseOrDenseComesFromTheResidencyOfItsSpans) {
   constexpr size_t kBig = 200000;
   const unsigned b = size_class(kBig);
   ASSERT_NE(b, c);
-  first_span_back(kBig, false);
+  first_span_back(kBig, 2);
   EXPECT_GE(detail::g_class_samples[b].load(), 1u);
   EXPECT_LE(detail::g_class_residency[b].load(), detail::kSparseResidencyMax);
   EXPECT_TRUE(detail::class_sparse_now(b));
@@ -265,7 +260,7 @@ TEST_F(SparseSpans, TheVerdictSparseOrDenseComesFromTheResidencyOfItsSpans) {
   EXPECT_TRUE(t->slot->sparse && t->slot->nohuge);
   lm_free(p);
   // Dense.
-  first_span_back(kSize, true);
+  first_span_back(kSize, long(detail::kClasses.units[c] * kUnitSize / kOsPageSize));
   EXPECT_GE(detail::g_class_samples[c].load(), 1u);
   EXPECT_GT(detail::g_class_residency[c].load(), detail::kSparseResidencyMax);
   EXPECT_FALSE(detail::class_sparse_now(c));
@@ -284,6 +279,15 @@ TEST_F(SparseSpans, TheVerdictSparseOrDenseComesFromTheResidencyOfItsSpans) {
   const unsigned small = size_class(4096);
   detail::g_class_samples[small].store(1);
   EXPECT_FALSE(detail::class_sparse_now(small));
+  // mincore: the pages touched of a fresh mapping.
+  const Platform& linux = pal::linux_platform();
+  char* m = static_cast<char*>(mmap(nullptr, 64 * kOsPageSize, PROT_READ | PROT_WRITE,
+                                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(m, MAP_FAILED);
+  m[0] = 1;
+  m[63 * kOsPageSize] = 1;
+  EXPECT_EQ(linux.resident_pages(nullptr, m, 64 * kOsPageSize), 2);
+  munmap(m, 64 * kOsPageSize);
 }
 
 }  // namespace
