@@ -90,11 +90,13 @@ void Backend::account_take(SlotMeta* m, uint32_t mask) {
 // The walk stops at a perfect window (resident, exact), or kFitScan slots
 // after the first that fits: the partial list of a big heap is long, and
 // this is under the backend lock.
-bool Backend::choose_units(unsigned n, bool straddle, SlotMeta** slot, unsigned* idx) const {
+// Sparse spans and the rest never share a slot (`sparse`).
+bool Backend::choose_units(unsigned n, bool straddle, bool sparse, SlotMeta** slot, unsigned* idx) const {
   UnitFit best;
   SlotMeta* best_slot = nullptr;
   unsigned scanned = 0;
   for (SlotMeta* p = partial_; p; p = p->part_next) {
+    if (p->sparse != sparse) continue;
     UnitFit f = fit_units(p->used, p->retained | p->lazy, n);
     if (straddle) {
       UnitFit across = straddle_fit(p, n);
@@ -127,7 +129,7 @@ UnitFit Backend::straddle_fit(const SlotMeta* p, unsigned n) const {
   UnitFit f;
   if (p->used == 0 || n < 2) return f;
   SlotMeta* q = neighbor(const_cast<SlotMeta*>(p), 1);
-  if (!q || q->kind != SlotKind::kUnits || q->used == 0) return f;
+  if (!q || q->kind != SlotKind::kUnits || q->used == 0 || q->sparse) return f;
   unsigned top = unsigned(__builtin_clz(p->used));
   unsigned bottom = ctz32(q->used);
   if (top == 0 || bottom == 0 || top + bottom < n) return f;
@@ -167,24 +169,62 @@ unsigned Backend::unit_parts(const Span* s, SlotMeta* slots[2], uint32_t masks[2
 
 // A slot taken from the free runs (a run's first slot) to be cut into units.
 void Backend::take_unit_slot(SlotMeta* head) {
-  carve_run(head, 1);
   head->kind = SlotKind::kUnits;
   ++unit_slots_;
   head->used = 0;
   head->purging = 0;
 }
 
-Span* Backend::alloc_units(unsigned n, bool fresh_slot, bool may_grow, bool straddle) {
+// The last slot of the largest free run (the top of the newest arena, as
+// a rule), carved from it: sparse slots gather there, away from the slots
+// that the other spans fill from the bottom (best fit, address order).
+SlotMeta* Backend::take_top_slot() {
+  if (!bin_mask_) return nullptr;
+  SlotMeta* head = bins_[63 - __builtin_clzll(bin_mask_)];
+  size_t len = head->run_len;
+  bin_unlink(head);
+  if (len > 1) {
+    head->run_len = uint32_t(len - 1);
+    head[len - 2].run_len = uint32_t(len - 1);
+    bin_push(head);
+  }
+  SlotMeta* m = head + (len - 1);
+  m->kind = SlotKind::kHuge;  // carved, as carve_run leaves it
+  return m;
+}
+
+// A sparse slot's advice: MADV_NOHUGEPAGE, once, whatever the arenas'
+// (admit may advise them all later: advise_arenas_huge re-advises sparse
+// slots after).  No advice at all with hugepages off.
+void Backend::advise_slot_sparse(SlotMeta* m) {
+  if (!hugepages_ || m->nohuge) return;
+  platform_->advise_hugepage(platform_->ctx, reinterpret_cast<void*>(m->base), kSlotSize, false);
+  m->nohuge = true;
+  m->thp = false;
+}
+
+// A slot of other spans that was advised MADV_NOHUGEPAGE on its own gets
+// the arenas' advice back while they carry it.
+void Backend::advise_slot_dense(SlotMeta* m) {
+  if (!m->nohuge || !huge_arenas_) return;
+  platform_->advise_hugepage(platform_->ctx, reinterpret_cast<void*>(m->base), kSlotSize, true);
+  m->nohuge = false;
+}
+
+Span* Backend::alloc_units(unsigned n, bool fresh_slot, bool may_grow, bool straddle, bool sparse) {
   SlotMeta* m = nullptr;
   unsigned idx = 0;
-  if (fresh_slot || !choose_units(n, straddle, &m, &idx)) {
-    SlotMeta* head = take_free_run(1);
+  if (fresh_slot || !choose_units(n, straddle, sparse, &m, &idx)) {
+    SlotMeta* head = sparse ? take_top_slot() : take_free_run(1);
     if (!head) {
       if (!may_grow || !add_arena(1, kSlotSize)) return nullptr;
-      head = take_free_run(1);
+      head = sparse ? take_top_slot() : take_free_run(1);
       if (!head) return nullptr;
     }
+    if (!sparse) carve_run(head, 1);
     take_unit_slot(head);
+    head->sparse = sparse;
+    if (sparse) advise_slot_sparse(head); else advise_slot_dense(head);
     m = head;
     idx = 0;
   }
@@ -283,13 +323,13 @@ Span* Backend::alloc(size_t bytes, size_t align, bool growing, bool may_grow, Sp
   return alloc_slots(taken >> kSlotShift, align, may_grow);
 }
 
-Span* Backend::alloc_units_span(unsigned units) {
+Span* Backend::alloc_units_span(unsigned units, bool sparse) {
   uint64_t now = platform_->now_ns(platform_->ctx);
   LockGuard g(lock_);
   PublishOnExit publish{this};
   note_activity(now);
   if (units == 0 || units > kUnitsPerSlot || !admit(size_t(units) * kUnitSize, false)) return nullptr;
-  return alloc_units(units, false, true, false);
+  return alloc_units(units, false, true, false, sparse);
 }
 
 void Backend::note_activity(uint64_t now) {
@@ -329,11 +369,25 @@ bool Backend::hugepages_pay(uint64_t active, uint64_t more_huge) const {
   return policy_->hugepages_pay(huge_arenas_, active, held, uint64_t(unit_slots_) * kSlotSize);
 }
 
+// The sparse slots keep MADV_NOHUGEPAGE: one call per run of them after
+// the arena's.
 void Backend::advise_arenas_huge() {
   huge_arenas_ = true;
   stats_->set(Stat::hugepage_advice, 1);
   for (Arena* a = arenas_; a; a = a->next) {
     platform_->advise_hugepage(platform_->ctx, reinterpret_cast<void*>(a->base), a->nslots * kSlotSize, true);
+    size_t i = 0;
+    while (i < a->nslots) {
+      if (!a->slots[i].sparse) {
+        a->slots[i++].nohuge = false;
+        continue;
+      }
+      size_t j = i;
+      while (j < a->nslots && a->slots[j].sparse) a->slots[j++].nohuge = true;
+      platform_->advise_hugepage(platform_->ctx, reinterpret_cast<void*>(a->slots[i].base), (j - i) * kSlotSize,
+                                 false);
+      i = j;
+    }
   }
 }
 
@@ -347,11 +401,15 @@ void Backend::withdraw_arenas_huge() {
     size_t i = 0;
     while (i < a->nslots) {
       if (a->slots[i].kind == SlotKind::kHuge) {
+        a->slots[i].nohuge = false;
         a->slots[i++].thp = true;
         continue;
       }
       size_t j = i;
-      while (j < a->nslots && a->slots[j].kind != SlotKind::kHuge) a->slots[j++].thp = false;
+      while (j < a->nslots && a->slots[j].kind != SlotKind::kHuge) {
+        a->slots[j].nohuge = true;
+        a->slots[j++].thp = false;
+      }
       platform_->advise_hugepage(platform_->ctx, reinterpret_cast<void*>(a->slots[i].base), (j - i) * kSlotSize,
                                  false);
       i = j;
@@ -369,17 +427,23 @@ void Backend::review_hugepages() {
 }
 
 void Backend::advise_slots_huge(SlotMeta* first, size_t n) {
-  if (!hugepages_ || huge_arenas_) return;
+  if (!hugepages_) return;
   // One call per run of slots not yet advised (an arena's slots are
-  // consecutive in its SlotMeta array and in the address space).
+  // consecutive in its SlotMeta array and in the address space); with the
+  // arenas advised, only the slots advised MADV_NOHUGEPAGE on their own
+  // (sparse slots that went back) need it.
+  auto needs = [&](const SlotMeta& m) { return huge_arenas_ ? m.nohuge : !m.thp; };
   size_t i = 0;
   while (i < n) {
-    if (first[i].thp) {
+    if (!needs(first[i])) {
       ++i;
       continue;
     }
     size_t j = i;
-    while (j < n && !first[j].thp) first[j++].thp = true;
+    while (j < n && needs(first[j])) {
+      first[j].nohuge = false;
+      first[j++].thp = true;
+    }
     platform_->advise_hugepage(platform_->ctx, reinterpret_cast<void*>(first[i].base), (j - i) * kSlotSize, true);
     i = j;
   }

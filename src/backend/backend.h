@@ -63,6 +63,8 @@ struct SlotMeta {
   bool thp;            // advised MADV_HUGEPAGE on its own (a huge block's slot)
   bool in_lazy;
   bool lazy_purged;    // its last purge was the lazy stage (hysteresis against lazy_decay_ms)
+  bool sparse;         // kUnits: a slot of sparse spans only (alloc_units_span with `sparse`)
+  bool nohuge;         // advised MADV_NOHUGEPAGE on its own (a sparse slot, or a withdrawal)
   SlotMeta* free_next; // free-run bin (first slot of a run)
   SlotMeta* free_prev;
   SlotMeta* part_next; // slots of kind kUnits with free units
@@ -221,8 +223,12 @@ class Backend {
   // released whatever the outcome.
   Span* alloc(size_t bytes, size_t align, bool growing = false, bool may_grow = true, Span* give_back = nullptr);
   // A run of `units` (1..32) units inside one slot, 64 KiB-aligned, for a
-  // small-object span (the frontend sets its kind and geometry).
-  Span* alloc_units_span(unsigned units);
+  // small-object span (the frontend sets its kind and geometry).  `sparse`:
+  // a span whose pages the program touches sparsely (the frontend's
+  // verdict, spans.cc): it goes into a slot of sparse spans only, taken
+  // from the top of the largest free run and advised MADV_NOHUGEPAGE, so
+  // that a few touched pages do not make a whole 2 MiB page resident.
+  Span* alloc_units_span(unsigned units, bool sparse = false);
   // Time of the last allocation or release through the backend.
   uint64_t last_activity_ns() const { return __atomic_load_n(&last_activity_ns_, __ATOMIC_RELAXED); }
   // Hard limit on active bytes (0 = none): alloc() fails beyond it.
@@ -307,6 +313,8 @@ class Backend {
   size_t span_records() { return spans_.live_records(); }
 
   MemoryState memory_state() const;
+  // Whether the arenas carry MADV_HUGEPAGE now (a racy read: a hint).
+  bool arenas_huge() const { return __atomic_load_n(&huge_arenas_, __ATOMIC_RELAXED); }
   // Withdraws the arenas' hugepage advice if the heap has become sparse
   // (see hugepages_pay); called after purges, which make it so.
   void review_hugepages();
@@ -358,12 +366,15 @@ class Backend {
   void release_slots(SlotMeta* first, size_t nslots, uint64_t now, bool clean);
   void release_huge_stats(const Span* s);
   // `straddle`: the run may continue into the next slot (large blocks).
-  Span* alloc_units(unsigned n, bool fresh_slot, bool may_grow, bool straddle);
+  Span* alloc_units(unsigned n, bool fresh_slot, bool may_grow, bool straddle, bool sparse = false);
+  SlotMeta* take_top_slot();             // the last slot of the largest free run, carved
+  void advise_slot_sparse(SlotMeta* m);  // MADV_NOHUGEPAGE once (hugepages on)
+  void advise_slot_dense(SlotMeta* m);   // back to the arenas' advice
   void release_units(Span* s, bool contents_gone, uint64_t now);  // a unit run; the record stays
   // The partial slot and first unit for a run of `n` units (see
   // backend.cc; with `straddle` the run may end in the next slot); false
   // when no partial slot has room.
-  bool choose_units(unsigned n, bool straddle, SlotMeta** slot, unsigned* idx) const;
+  bool choose_units(unsigned n, bool straddle, bool sparse, SlotMeta** slot, unsigned* idx) const;
   UnitFit straddle_fit(const SlotMeta* p, unsigned n) const;
   unsigned unit_parts(const Span* s, SlotMeta* slots[2], uint32_t masks[2]) const;
   void take_unit_slot(SlotMeta* head);

@@ -44,6 +44,7 @@ const char* Backend::check_invariants() {
       switch (m->kind) {
         case SlotKind::kFree:
           if (m->used) return "free slot with used units";
+          if (m->sparse) return "free slot marked sparse";
           for (unsigned u = 0; u < kUnitsPerSlot; ++u) {
             if (m->unit_span[u]) return "free slot still maps a span";
           }

@@ -42,6 +42,7 @@ void Backend::insert_free_run(SlotMeta* first, size_t n) {
   for (size_t i = 0; i < n; ++i) {
     if (first[i].kind == SlotKind::kUnits) --unit_slots_;
     first[i].kind = SlotKind::kFree;
+    first[i].sparse = false;
   }
   SlotMeta* head = first;
   size_t len = n;

@@ -85,6 +85,7 @@ struct alignas(64) Span {
   uint8_t zero;         // memory was zero when the backend handed it out
   uint8_t guard;        // large/huge (secure mode): last OS page is PROT_NONE
   uint8_t cached;       // large: freed, in a thread's large cache (frontend/large.cc)
+  uint8_t sparse;       // small: a sparse span, in a slot of its own kind (frontend/spans.cc)
   size_t lead;          // large/huge: the block starts at start + lead
   DiscardChunk* discard;  // large/huge spans of discardable blocks (purge/discard.h), else nullptr
   // Carving and in-span purging (small spans), by the heap's holder; the

@@ -139,6 +139,9 @@ class Writer;
     "second stage, give MADV_DONTNEED) because hysteresis had lengthened their delay")              \
   X(span_lazy_decay_bytes, counter, "bytes of pages inside small spans purged with MADV_FREE and "  \
     "given MADV_DONTNEED after lazy_decay_ms: the second decay stage inside spans")                 \
+  X(sparse_span_dontneed_bytes, counter, "bytes of empty sparse spans (classes above 8 KiB) "     \
+    "given MADV_DONTNEED as they went back to the backend, at most half of their pages being "   \
+    "resident or their class judged dense since: their units go back CLEAN")                    \
   X(discardable_blocks, gauge, "live discardable blocks (lazymalloc_discardable_alloc)")          \
   X(discardable_bytes, gauge, "bytes of live discardable blocks (page-rounded), in any state")    \
   X(discardable_locked_bytes, gauge, "bytes of locked discardable blocks (computed when the "     \
@@ -162,6 +165,8 @@ class Writer;
   X(cache_idle_flushes, counter, "times a thread's cache of a size class, unchanged for 256 of the thread's refills and overflows, went back to its spans") \
   X(spans_acquired, counter, "small spans taken from the backend")                               \
   X(spans_released, counter, "empty small spans given back to the backend")                      \
+  X(sparse_span_reuses, counter, "empty sparse spans kept with their class and taken again "     \
+    "(instead of a new span from the backend)")                                                 \
   X(remote_frees, counter, "freed objects returned to a span of another thread's heap (from a cache flush)") \
   X(delayed_spans, counter, "full spans revived by another thread's free")                       \
   X(spans_adopted, counter, "parked spans other threads had freed into taken over from a quiet heap (instead of a new span)") \

@@ -151,6 +151,15 @@ struct Heap {
   uint64_t returned_bytes = 0;
   SpanQueue queue[kSmallClasses] = {};
   Span* head_ref[kSmallClasses] = {};  // holds a phantom object (queue_changed)
+  // Sparse spans (spans.cc, span_keep): empty ones kept with their class
+  // (linked by `next`, at most kKeptSpans a class, and at most
+  // `sparse_bytes` in all) for the class's next span, which then touches the
+  // same pages again; bytes of the heap's sparse spans not kept.  REQUIRES
+  // busy or claimed.
+  Span* kept[kSmallClasses] = {};
+  uint8_t kept_count[kSmallClasses] = {};
+  uint64_t kept_bytes = 0;
+  uint64_t sparse_bytes = 0;
   Span* full = nullptr;             // spans with no free object (doubly linked)
   std::atomic<Span*> delayed{nullptr};
   // Span adoption (spans.cc, adopt_spans): this heap's slow_events as the

@@ -238,6 +238,51 @@ bool heap_purge_spans(Heap* h, const SpanPurgeArgs& args, uint64_t* next_wait);
 // (kNoDeadline: none).
 bool heap_clean_spans(Heap* h, const SpanPurgeArgs& args, uint64_t* next_wait);
 
+// ---- sparse spans (spans.cc)
+
+// Spans of the classes above 8 KiB (more than one unit) whose pages the
+// program touches sparsely (`mixed`: 32-256 KiB objects written on their
+// first and last page) get slots of their own, advised MADV_NOHUGEPAGE
+// (Backend::alloc_units_span); a heap keeps up to kKeptSpans empty ones
+// per class, at most its sparse bytes in all, for the class's next span;
+// and an empty sparse span goes back with MADV_DONTNEED when at most half
+// its pages are resident.  The verdict per class (class_sparse_now) is
+// measured on 4 KiB pages only, where residency is the program's touch
+// pattern (a hugepage is resident whole): the first kResidencySamples
+// ordinary spans of the class that go back while the arenas carry no
+// hugepage advice, and sparse spans as they go back to the backend, and
+// as they are kept while the class has fewer than kResidencySamples
+// samples, with Platform::resident_pages.  g_class_residency is the
+// resident share in 1/255ths, a moving average (a quarter per sample).  A
+// class is sparse once measured at most half resident; above half
+// (`phases` writes its blocks whole) its spans are ordinary.  An unmeasured
+// class's spans are ordinary too, but one span at a time, in the whole
+// process, is a probe (g_probe_class: its class): sparse, measured when it
+// is kept or goes back.  A probe that has seen kProbeExpiry new spans of
+// unmeasured classes made without a sample (its objects live long) gives
+// way to the next class's.  One probe
+// per unmeasured class (tried first) put a span of each of `phases`' 17
+// classes above 8 KiB on 4 KiB pages at once, in its first phase, which
+// passes hugepage_threshold before it frees anything: the probes' slots
+// kept their 4 KiB page tables when huge blocks reused them (500 faults
+// more per run, 0.7 MiB more held); with no probe at all, `mixed`'s
+// classes that emptied no span before the threshold stayed ordinary (peak
+// 23 MiB in one compare against 19.9-22.9 with one probe).
+inline constexpr unsigned kKeptSpans = 8;
+inline constexpr unsigned kSparseResidencyMax = 128;
+inline constexpr unsigned kResidencySamples = 8;
+inline constexpr uint32_t kProbeExpiry = 64;
+extern std::atomic<uint8_t> g_class_residency[kSmallClasses];
+extern std::atomic<uint8_t> g_class_samples[kSmallClasses];
+// The class probed now (kSmallClasses: none), and the spans of other
+// unmeasured classes made since it started.
+extern std::atomic<uint32_t> g_probe_class;
+extern std::atomic<uint32_t> g_probe_age;
+// Whether class c's next span is sparse (a new span: it may start a probe).
+bool class_sparse_now(unsigned c);
+// Tests: every class unmeasured again.
+void class_residency_reset();
+
 // ---- large and huge blocks (large.cc)
 
 void* alloc_large(size_t size, size_t align, bool* zero, bool growing = false);

@@ -56,6 +56,84 @@ void heap_unclaim(Heap* h) {
   if (h->claimed.exchange(0, std::memory_order_release) == 2) g_platform->wake_one(g_platform->ctx, &h->claimed);
 }
 
+constinit std::atomic<uint8_t> g_class_residency[kSmallClasses] = {};
+constinit std::atomic<uint8_t> g_class_samples[kSmallClasses] = {};
+
+constinit std::atomic<uint32_t> g_probe_class{kSmallClasses};
+constinit std::atomic<uint32_t> g_probe_age{0};
+
+bool class_sparse_now(unsigned c) {
+  if (kClasses.units[c] <= 1) return false;
+  if (g_class_samples[c].load(std::memory_order_relaxed) != 0) {
+    return g_class_residency[c].load(std::memory_order_relaxed) <= kSparseResidencyMax;
+  }
+  // One span in flight probes its class: the others are ordinary.
+  uint32_t probe = g_probe_class.load(std::memory_order_relaxed);
+  if (probe != kSmallClasses && g_probe_age.fetch_add(1, std::memory_order_relaxed) < kProbeExpiry) return false;
+  // No probe, or an expired one: this span is the next probe.
+  if (!g_probe_class.compare_exchange_strong(probe, c, std::memory_order_relaxed)) return false;
+  g_probe_age.store(0, std::memory_order_relaxed);
+  return true;
+}
+
+void class_residency_reset() {
+  g_probe_class.store(kSmallClasses, std::memory_order_relaxed);
+  g_probe_age.store(0, std::memory_order_relaxed);
+  for (unsigned c = 0; c < kSmallClasses; ++c) {
+    g_class_residency[c].store(0, std::memory_order_relaxed);
+    g_class_samples[c].store(0, std::memory_order_relaxed);
+  }
+}
+
+namespace {
+
+// Resident pages of span s (its class's verdict takes the sample), or -1
+// if the kernel would not say.  Races between threads lose a sample at
+// worst (relaxed loads and stores: a heuristic).
+long span_residency(const Span* s, size_t pages) {
+  const unsigned c = s->cls;
+  const long resident = g_platform->resident_pages(g_platform->ctx, s->start, s->bytes);
+  if (resident < 0) return resident;
+  const unsigned share = unsigned(uint64_t(resident) * 255 / pages);
+  const unsigned n = g_class_samples[c].load(std::memory_order_relaxed);
+  const unsigned r = g_class_residency[c].load(std::memory_order_relaxed);
+  g_class_residency[c].store(uint8_t(n == 0 ? share : (3 * r + share) / 4), std::memory_order_relaxed);
+  if (n < 255) g_class_samples[c].store(uint8_t(n + 1), std::memory_order_relaxed);
+  uint32_t probe = c;
+  g_probe_class.compare_exchange_strong(probe, kSmallClasses, std::memory_order_relaxed);  // measured
+  return resident;
+}
+
+// An empty small span goes back to the backend (no lock held, the heap let
+// go).  An ordinary span of a class above 8 KiB on 4 KiB pages may give its
+// class a sample (class_sparse_now).  A sparse span is asked how many of its
+// pages are resident (span_residency): at most half, or its class now
+// judged dense, it goes back with MADV_DONTNEED (its units CLEAN), so that
+// the few pages it touched do not stay RETAINED in holes that other spans
+// would touch at other offsets.
+void release_small(Span* s) {
+  bool gone = false;
+  const unsigned c = s->cls;
+  if (!s->sparse && kClasses.units[c] > 1 && !g.backend.arenas_huge() &&
+      g_class_samples[c].load(std::memory_order_relaxed) < kResidencySamples) {
+    span_residency(s, s->bytes / kOsPageSize);
+  } else if (s->sparse) {
+    const size_t pages = s->bytes / kOsPageSize;
+    const long resident = span_residency(s, pages);
+    // A span of a class now judged dense goes back CLEAN whatever its
+    // residency: only sparse spans reuse a sparse slot's units, and its
+    // RETAINED units would wait partial_decay_ms beside the slot's live spans.
+    if (resident >= 0 && (size_t(resident) * 2 <= pages || !class_sparse_now(c)) &&
+        g_platform->advise(g_platform->ctx, s->start, s->bytes, Advice::kDontNeed) == 0) {
+      gone = true;
+      g.stats.add(Stat::sparse_span_dontneed_bytes, s->bytes);
+    }
+  }
+  release_to_backend(s, gone);
+}
+
+}  // namespace
+
 HeapGuard::~HeapGuard() {
   if (!h_) return;
   Span* s = h_->to_release;
@@ -68,7 +146,11 @@ HeapGuard::~HeapGuard() {
   while (s) {
     Span* next = s->next;
     s->next = nullptr;
-    release_to_backend(s);
+    if (s->kind == SpanKind::kSmall) {
+      release_small(s);
+    } else {
+      release_to_backend(s);
+    }
     s = next;
   }
 }
@@ -110,16 +192,59 @@ void full_remove(Heap* h, Span* s) {
   s->in_full = 0;
 }
 
-// Unlinks empty span s of heap h for the backend (HeapGuard gives it back
-// once the heap is let go).  REQUIRES h held (HeapGuard).
-void span_release(Heap* h, Span* s) {
-  span_purge_forget(s);
+// A heap's sparse spans not kept (Heap::sparse_bytes), down by `bytes`.
+void sparse_sub(Heap* h, uint64_t bytes) { h->sparse_bytes = h->sparse_bytes > bytes ? h->sparse_bytes - bytes : 0; }
+
+// Empty sparse span s of heap h stays with its class for the class's next
+// span (span_new), which then touches the pages this one touched rather
+// than new offsets of units another span left: at most kKeptSpans a class,
+// and the kept bytes at most the heap's sparse spans in use.  True if kept.
+// REQUIRES h held; s off every list.
+bool span_keep(Heap* h, Span* s) {
+  const unsigned c = s->cls;
+  sparse_sub(h, s->bytes);
+  if (h->kept_count[c] >= kKeptSpans || h->kept_bytes + s->bytes > h->sparse_bytes) return false;
+  // The class's first samples (a syscall): its kept spans may be all that
+  // goes back for a while.
+  if (g_class_samples[c].load(std::memory_order_relaxed) < kResidencySamples) span_residency(s, s->bytes / kOsPageSize);
+  s->next = h->kept[c];
+  s->prev = nullptr;
+  h->kept[c] = s;
+  ++h->kept_count[c];
+  h->kept_bytes += s->bytes;
+  return true;
+}
+
+// Hands empty span s of heap h to the backend (HeapGuard gives it back
+// once the heap is let go).  REQUIRES h held.
+void span_to_backend(Heap* h, Span* s) {
   h->stats.inc(HeapStat::spans_released);
   g.stats.sub(Stat::small_spans, 1);
   g.stats.sub(Stat::small_span_bytes, s->bytes);
   s->heap = nullptr;
   s->next = h->to_release;
   h->to_release = s;
+}
+
+// Unlinks empty span s of heap h: kept with its class if it is sparse and
+// the bounds allow (span_keep), else for the backend.  REQUIRES h held
+// (HeapGuard).
+void span_release(Heap* h, Span* s) {
+  span_purge_forget(s);
+  if (s->sparse && span_keep(h, s)) return;
+  span_to_backend(h, s);
+}
+
+// Every kept span of heap h goes to the backend (collections, thread exit).
+void kept_release_all(Heap* h) {
+  for (unsigned c = 0; c < kSmallClasses; ++c) {
+    while (Span* s = h->kept[c]) {
+      h->kept[c] = s->next;
+      span_to_backend(h, s);
+    }
+    h->kept_count[c] = 0;
+  }
+  h->kept_bytes = 0;
 }
 
 // True if span s (in its class queue) may go back to the backend: no object
@@ -283,11 +408,26 @@ void process_delayed(Heap* h) {
   }
 }
 
+// A new span of class c for heap h: a kept one of the class (span_keep),
+// else the backend's, in a sparse slot if the class is sparse now.
 Span* span_new(Heap* h, unsigned c) {
-  Span* s = g.backend.alloc_units_span(kClasses.units[c]);
-  if (!s) return nullptr;
-  g.stats.add(Stat::small_spans, 1);
-  g.stats.add(Stat::small_span_bytes, s->bytes);
+  Span* s = h->kept[c];
+  if (s) {
+    h->kept[c] = s->next;
+    --h->kept_count[c];
+    h->kept_bytes -= s->bytes;
+    s->zero = 0;
+    h->stats.inc(HeapStat::sparse_span_reuses);
+  } else {
+    const bool sparse = class_sparse_now(c);
+    s = g.backend.alloc_units_span(kClasses.units[c], sparse);
+    if (!s) return nullptr;
+    s->sparse = sparse;
+    g.stats.add(Stat::small_spans, 1);
+    g.stats.add(Stat::small_span_bytes, s->bytes);
+    h->stats.inc(HeapStat::spans_acquired);
+  }
+  if (s->sparse) h->sparse_bytes += s->bytes;
   s->kind = SpanKind::kSmall;
   s->cls = uint8_t(c);
   s->obj_size = uint32_t(class_size(c));
@@ -299,8 +439,8 @@ Span* span_new(Heap* h, unsigned c) {
   s->free = s->local_free = nullptr;
   s->xfree.store(0, std::memory_order_relaxed);
   s->xfree_count.store(0, std::memory_order_relaxed);
+  s->next = s->prev = nullptr;
   s->heap = h;
-  h->stats.inc(HeapStat::spans_acquired);
   return s;
 }
 
@@ -511,6 +651,10 @@ bool adopt_spans(Heap* h) {
       // itself, or remote frees emptied it): d's to release if empty.
       if (s->in_full) {
         full_remove(d, s);
+        if (s->sparse) {
+          sparse_sub(d, s->bytes);
+          h->sparse_bytes += s->bytes;
+        }
         __atomic_store_n(&s->heap, h, __ATOMIC_RELAXED);
         queue_push_back(h->queue[s->cls], s);
         queue_changed(h, s->cls);
@@ -652,6 +796,7 @@ void heap_collect(Heap* h) {
     }
     queue_changed(h, c);
   }
+  kept_release_all(h);
 }
 
 // Returns one free object (tagged) of span s to it.

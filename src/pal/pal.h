@@ -106,6 +106,10 @@ struct Platform {
   // as `fd` (the timeline page, core/timeline.h); nullptr on failure (errno
   // preserved).
   void* (*map_shared_fd)(void* ctx, int fd, size_t size);
+  // How many of the pages of [addr, addr + len) (page aligned, inside our
+  // own mappings) are resident now: mincore(2).  -1 if the kernel refused.
+  // The frontend asks before it gives back a sparse span (spans.cc).
+  long (*resident_pages)(void* ctx, void* addr, size_t len);
 };
 
 namespace pal {

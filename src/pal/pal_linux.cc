@@ -128,6 +128,26 @@ void advise_hugepage(void* addr, size_t size, bool huge) {
   errno = saved;
 }
 
+long resident_pages(void* addr, size_t len) {
+  int saved = errno;
+  unsigned char vec[256];
+  long n = 0;
+  char* p = static_cast<char*>(addr);
+  size_t pages = len / 4096;
+  while (pages) {
+    size_t k = pages < sizeof vec ? pages : sizeof vec;
+    if (mincore(p, k * 4096, vec) != 0) {
+      errno = saved;
+      return -1;
+    }
+    for (size_t i = 0; i < k; ++i) n += vec[i] & 1;
+    p += k * 4096;
+    pages -= k;
+  }
+  errno = saved;
+  return n;
+}
+
 #ifndef MREMAP_DONTUNMAP
 #define MREMAP_DONTUNMAP 4
 #endif
@@ -369,6 +389,7 @@ void linux_close_fd(void*, int fd) { close_fd(fd); }
 int linux_process_id(void*) { return process_id(); }
 uint64_t linux_wall_clock_ms(void*) { return wall_clock_ms(); }
 void* linux_map_shared_fd(void*, int fd, size_t size) { return map_shared_fd(fd, size); }
+long linux_resident_pages(void*, void* addr, size_t len) { return resident_pages(addr, len); }
 
 constexpr Platform kLinux = {
     .ctx = nullptr,
@@ -398,6 +419,7 @@ constexpr Platform kLinux = {
     .process_id = linux_process_id,
     .wall_clock_ms = linux_wall_clock_ms,
     .map_shared_fd = linux_map_shared_fd,
+    .resident_pages = linux_resident_pages,
 };
 
 // Zero in .bss (no relocation): nullptr stands for kLinux.

@@ -85,6 +85,7 @@ class FakePlatform {
         .process_id = &process_id,
         .wall_clock_ms = &wall_clock_ms,
         .map_shared_fd = &map_shared_fd,
+        .resident_pages = &resident_pages,
     };
   }
   const Platform* get() const { return &platform_; }
@@ -161,6 +162,10 @@ class FakePlatform {
   std::mutex& records_lock() { return wait_lock_; }
   std::function<void()> on_wait;
   uint64_t cpu_ns = 0;     // Platform::thread_cpu_ns
+  // Platform::resident_pages: the real mincore unless `resident_answer` is
+  // set (>= 0: that many pages, -1: the kernel refused); every call recorded.
+  long resident_answer = -2;
+  std::vector<std::pair<void*, size_t>> resident_queries;
   size_t advised_bytes(Advice a) const {
     size_t n = 0;
     for (const auto& c : calls) n += c.advice == a ? c.len : 0;
@@ -322,6 +327,11 @@ class FakePlatform {
     return self(ctx)->map_fault.hit() ? nullptr : real().map_shared_fd(nullptr, fd, size);
   }
   static uint64_t wall_clock_ms(void* ctx) { return self(ctx)->wall_ms; }
+  static long resident_pages(void* ctx, void* addr, size_t len) {
+    FakePlatform* f = self(ctx);
+    f->resident_queries.emplace_back(addr, len);
+    return f->resident_answer >= -1 ? f->resident_answer : real().resident_pages(nullptr, addr, len);
+  }
   static uint64_t thread_cpu(void* ctx) { return self(ctx)->cpu_ns; }
   static uint64_t now(void* ctx) { return self(ctx)->now_ns; }
 
