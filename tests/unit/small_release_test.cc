@@ -62,6 +62,15 @@ class SmallRelease : public ::testing::TestWithParam<size_t> {
   }
   // Enough objects for about 4 MiB of spans.
   size_t count() const { return (size_t(4) << 20) / GetParam(); }
+  // Every slot of v gets a new object of the test's size, written whole
+  // with `byte` (callers: ASSERT_NO_FATAL_FAILURE).
+  void fill(std::vector<void*>& v, int byte) const {
+    for (auto& p : v) {
+      p = lm_malloc(GetParam());
+      ASSERT_NE(p, nullptr);
+      memset(p, byte, GetParam());
+    }
+  }
 };
 
 // Every size class fed by the fast path: direct (64), mid (1000, 4000) and
@@ -77,11 +86,7 @@ TEST_P(SmallRelease, FreeingEverythingReleasesTheSpans) {
   const uint64_t spans0 = stat("small_spans");
   const uint64_t released0 = stat("spans_released");
   std::vector<void*> v(count());
-  for (auto& p : v) {
-    p = lm_malloc(GetParam());
-    ASSERT_NE(p, nullptr);
-    memset(p, 0x5a, GetParam());
-  }
+  ASSERT_NO_FATAL_FAILURE(fill(v, 0x5a));
   const uint64_t grown = stat("small_spans") - spans0;
   ASSERT_GE(grown, 4u);
   for (void* p : v) lm_free(p);
@@ -107,11 +112,7 @@ TEST_P(SmallRelease, AnIdleOwnersRemoteFreesGoBackWithoutIt) {
   std::vector<void*> v(count());
   lmt::Phases phases;  // 1: allocated; 2: worker may exit
   std::thread worker([&] {
-    for (auto& p : v) {
-      p = lm_malloc(GetParam());
-      ASSERT_NE(p, nullptr);
-      memset(p, 0x3c, GetParam());
-    }
+    ASSERT_NO_FATAL_FAILURE(fill(v, 0x3c));
     phases.set(1);
     phases.wait(2);
   });
@@ -152,11 +153,7 @@ TEST_P(SmallRelease, AThreadAdoptsTheSpansAQuietOwnerWasFreedInto) {
   std::vector<void*> v(count());
   lmt::Phases phases;  // 1: allocated; 2: worker may exit
   std::thread worker([&] {
-    for (auto& p : v) {
-      p = lm_malloc(GetParam());
-      ASSERT_NE(p, nullptr);
-      memset(p, 0x3c, GetParam());
-    }
+    ASSERT_NO_FATAL_FAILURE(fill(v, 0x3c));
     phases.set(1);
     phases.wait(2);
   });
@@ -212,11 +209,7 @@ TEST_P(SmallRelease, AThreadLeavesAQuietOwnerTheSpansItStillMostlyUses) {
   size_t worker_reused = 0;
   lmt::Phases phases;  // 1: allocated; 2: worker allocates again; 3: it did; 4: it frees all
   std::thread worker([&] {
-    for (auto& p : v) {
-      p = lm_malloc(GetParam());
-      ASSERT_NE(p, nullptr);
-      memset(p, 0x3c, GetParam());
-    }
+    ASSERT_NO_FATAL_FAILURE(fill(v, 0x3c));
     phases.set(1);
     phases.wait(2);
     worker_got.resize(mostly_freed.size());
@@ -303,11 +296,7 @@ TEST_P(SmallRelease, SpansEmptiedByRemoteFreesGoBackAtTheOwnersNextRefill) {
   lm_thread_collect();
   const uint64_t spans0 = stat("small_spans");
   std::vector<void*> v(count());
-  for (auto& p : v) {
-    p = lm_malloc(GetParam());
-    ASSERT_NE(p, nullptr);
-    memset(p, 0x6e, GetParam());
-  }
+  ASSERT_NO_FATAL_FAILURE(fill(v, 0x6e));
   const uint64_t grown = stat("small_spans") - spans0;
   ASSERT_GE(grown, 4u);
   for (size_t i = 1; i < v.size(); i += 2) lm_free(v[i]);
@@ -345,11 +334,7 @@ TEST_P(SmallRelease, AQuietThreadsCachedFreesGoBackWithoutIt) {
   std::vector<void*> v(count());
   lmt::Phases phases;  // 1: freed all but the last; 2: worker may go on
   std::thread worker([&] {
-    for (auto& p : v) {
-      p = lm_malloc(GetParam());
-      ASSERT_NE(p, nullptr);
-      memset(p, 0x6b, GetParam());
-    }
+    ASSERT_NO_FATAL_FAILURE(fill(v, 0x6b));
     for (size_t i = v.size() - 1; i-- > 0;) lm_free(v[i]);
     phases.set(1);
     phases.wait(2);
