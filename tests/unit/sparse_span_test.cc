@@ -11,11 +11,13 @@
 #include <sys/mman.h>
 
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "core/config.h"
 #include "core/options.h"
 #include "fixture.h"
+#include "phases.h"
 #include "frontend/bins.h"
 #include "frontend/heap.h"
 #include "frontend/internal.h"
@@ -182,6 +184,44 @@ TEST_F(SparseSpans, EmptySpansAreKeptPerClassUpToTheBoundAndReused) {
   lm_thread_collect();
   EXPECT_EQ(h->kept_count[c], 0u);
   EXPECT_EQ(h->kept_bytes, 0u);
+}
+
+// A quiet thread's kept spans are held memory like its other spans: the
+// idle-heap collector gives them back to the backend with the rest.
+TEST_F(SparseSpans, AQuietThreadsKeptSpansGoBackWhenItsHeapIsCollected) {
+  judge_sparse();
+  constexpr int kCount = 20;  // kept: up to the bound, and no more than those in use
+  Heap* wh = nullptr;
+  lmt::Phases phases;  // 1: allocated and freed; 2: worker may exit
+  std::thread worker([&] {
+    std::vector<void*> v(kCount);
+    for (auto& p : v) {
+      p = lm_malloc(kSize);
+      ASSERT_NE(p, nullptr);
+      memset(p, 0x5e, 4096);  // its first page only: sparse
+    }
+    for (auto& p : v) lm_free(p);
+    wh = detail::tl_heap;
+    phases.set(1);
+    phases.wait(2);
+  });
+  phases.wait(1);
+  EXPECT_NE(wh, nullptr);
+  EXPECT_EQ(wh ? wh->kept_count[c] : 0u, detail::kKeptSpans);
+  const uint64_t released0 = test::lm_stat("spans_released");
+  const uint64_t spans0 = test::lm_stat("small_spans");
+  const uint64_t t0 = fake.now_ns + 1000 * kSecond, idle = kSecond;
+  lm_collect_idle_heaps(t0, idle);  // sees the heap
+  lm_collect_idle_heaps(t0 + idle, idle);
+  if (wh) {
+    EXPECT_EQ(wh->kept_count[c], 0u);
+    EXPECT_EQ(wh->kept_bytes, 0u);
+  }
+  EXPECT_GE(test::lm_stat("spans_released") - released0, uint64_t(detail::kKeptSpans));
+  EXPECT_LE(test::lm_stat("small_spans"), spans0 - detail::kKeptSpans);
+  EXPECT_EQ(lm_check_invariants(), nullptr);
+  phases.set(2);
+  worker.join();
 }
 
 // A sparse span that goes back with at most half its pages resident is
