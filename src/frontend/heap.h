@@ -143,6 +143,11 @@ struct Heap {
   // Another thread returned objects to one of this heap's spans since the
   // last collection (remote_push): an idle heap is collected again.
   std::atomic<bool> remote_pending{false};
+  // A remote free left a span that was already on the delayed stack
+  // (NOTIFIED) with at most capacity >> kAdoptLiveShift objects outstanding
+  // (remote_push): a span the last adoption look kept may be adoptable now.
+  // Cleared by the adopter that claims the heap (adopt_spans).
+  std::atomic<bool> adopt_ready{false};
   // Bytes of objects returned to this heap's own spans since the collector
   // was last told (REQUIRES busy or claimed): every kBackgroundAfterBytes
   // the background collector is made due (heap_work_arrived), so that the
@@ -169,6 +174,13 @@ struct Heap {
   // kAdoptProbeEvents).
   uint64_t adopt_seen_events = 0;
   uint64_t adopt_probe_events = 0;
+  // The delayed stack's head as the last adopter that claimed this heap
+  // left it, when it left only spans it had judged and kept (nullptr:
+  // none, or the stack changed hands since).  Written by that adopter (heap
+  // claimed), by an adopter that saw the heap's events change, and by
+  // process_delayed, which empties the stack; read by adopters unclaimed
+  // (atomic builtins, relaxed).
+  Span* adopt_kept = nullptr;
   HeapStats stats;
   Heap* next_all = nullptr;         // every heap ever made
   Heap* next_pool = nullptr;        // heaps without a thread

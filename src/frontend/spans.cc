@@ -392,6 +392,7 @@ void release_if_emptied(Heap* h, Span* s) {
 // releases the ones their frees emptied.
 void process_delayed(Heap* h) {
   Span* s = h->delayed.exchange(nullptr, std::memory_order_acquire);
+  __atomic_store_n(&h->adopt_kept, nullptr, __ATOMIC_RELAXED);  // the stack changed hands
   while (s) {
     Span* next = s->next_delayed;
     s->next_delayed = nullptr;
@@ -480,6 +481,13 @@ void local_free_attention(Heap* h, Span* s) {
 // `heap`).  Heaps themselves are never freed, so flagging the owner after
 // the count is harmless, and it must come after it so that a collection
 // that clears the flag also sees the run.
+// A run into a span already NOTIFIED (on the delayed stack: an adoption
+// look may have kept it there, adopt_spans) that leaves at most
+// capacity >> kAdoptLiveShift of its objects outstanding flags the owner
+// (adopt_ready), so that the next look claims the heap again; the count
+// is the one fetch_add returns, so that of two racing runs the later sees
+// both, and `used` is read after it (a span released meanwhile, its record
+// reused, at worst flags the heap for nothing).
 bool remote_push(Heap* h, Span* s, Block* first, Block* last, uint32_t n) {
   // Whether this run leaves no object of the span outstanding: then the
   // owner is notified as for a parked span, and releases it
@@ -490,6 +498,7 @@ bool remote_push(Heap* h, Span* s, Block* first, Block* last, uint32_t n) {
   // collector, as before.
   const bool empties =
       s->xfree_count.load(std::memory_order_relaxed) + n == __atomic_load_n(&s->used, __ATOMIC_RELAXED);
+  const uint32_t nearly = s->capacity >> kAdoptLiveShift;  // not read once the run is counted
   uintptr_t old = s->xfree.load(std::memory_order_relaxed);
   uintptr_t state, to;
   do {
@@ -499,7 +508,12 @@ bool remote_push(Heap* h, Span* s, Block* first, Block* last, uint32_t n) {
   } while (!s->xfree.compare_exchange_weak(old, reinterpret_cast<uintptr_t>(first) | to,
                                            std::memory_order_acq_rel, std::memory_order_relaxed));
   Heap* owner = __atomic_load_n(&s->heap, __ATOMIC_RELAXED);
-  s->xfree_count.fetch_add(n, std::memory_order_release);
+  const uint32_t counted = s->xfree_count.fetch_add(n, std::memory_order_release) + n;
+  if (state == kXfreeNotified &&
+      counted + nearly >= __atomic_load_n(&s->used, __ATOMIC_RELAXED) &&
+      !owner->adopt_ready.load(std::memory_order_relaxed)) {
+    owner->adopt_ready.store(true, std::memory_order_release);
+  }
   bool first_pending = !owner->remote_pending.load(std::memory_order_relaxed) &&
                        !owner->remote_pending.exchange(true, std::memory_order_relaxed);
   if (state != kXfreeNotified && to == kXfreeNotified) {
@@ -594,8 +608,13 @@ bool adoptable(const Span* s) { return s->used <= s->capacity >> kAdoptLiveShift
 // queues, behind their current spans; the other parked spans go back on
 // the delayed stack, still NOTIFIED, as they came.  A parked span is
 // reached only through the delayed stack, which the claim makes h's alone;
-// remote frees read the owner after their push (remote_push).  Never waits: skipped while a collector (or another
-// adopter) holds g.collect_lock.  True if a span was adopted.
+// remote frees read the owner after their push (remote_push).  A heap
+// whose stack holds only the spans the last look kept (Heap::adopt_kept)
+// is not claimed again until a remote free leaves one of them nearly empty
+// (adopt_ready), other spans arrive, or its thread runs: nothing else
+// changes the verdict, and each claim costs a process barrier.  Never
+// waits: skipped while a collector (or another adopter) holds
+// g.collect_lock.  True if a span was adopted.
 bool adopt_spans(Heap* h) {
   const uint64_t own = h->slow_events;
   if (h == &g_empty_heap || own - h->adopt_probe_events < kAdoptProbeEvents) return false;
@@ -612,11 +631,18 @@ bool adopt_spans(Heap* h) {
   Heap* batch[kAdoptProbeHeaps];
   unsigned n = 0;
   for (unsigned looked = 0; v && looked < kAdoptProbeHeaps; v = v->next_all, ++looked) {
-    if (v == h || !v->delayed.load(std::memory_order_relaxed)) continue;
+    if (v == h) continue;
+    Span* head = v->delayed.load(std::memory_order_relaxed);
+    if (!head) continue;
     const uint64_t events = __atomic_load_n(&v->slow_events, __ATOMIC_RELAXED);
     if (events != v->adopt_seen_events) {
       v->adopt_seen_events = events;  // ran since the last look
+      __atomic_store_n(&v->adopt_kept, nullptr, __ATOMIC_RELAXED);
       continue;
+    }
+    if (head == __atomic_load_n(&v->adopt_kept, __ATOMIC_RELAXED) &&
+        !v->adopt_ready.load(std::memory_order_relaxed)) {
+      continue;  // as the last look left it
     }
     batch[n++] = v;
   }
@@ -626,6 +652,9 @@ bool adopt_spans(Heap* h) {
   for (unsigned i = 0; i < held; ++i) {
     Heap* d = batch[i];
     HeapGuard guard(d, HeapGuard::kClaimed);
+    // Before the stack is taken: a run flagging a span after it was judged
+    // leaves the flag set for the next look.
+    d->adopt_ready.exchange(false, std::memory_order_acquire);
     Span* s = d->delayed.exchange(nullptr, std::memory_order_acquire);
     Span* kept = nullptr;
     Span* kept_tail = nullptr;
@@ -664,6 +693,7 @@ bool adopt_spans(Heap* h) {
       }
       s = next;
     }
+    Span* left = nullptr;
     if (kept) {
       // Remote frees may have pushed other spans meanwhile.
       Span* head = d->delayed.load(std::memory_order_relaxed);
@@ -671,7 +701,9 @@ bool adopt_spans(Heap* h) {
         kept_tail->next_delayed = head;
       } while (!d->delayed.compare_exchange_weak(head, kept, std::memory_order_release,
                                                  std::memory_order_relaxed));
+      if (!head) left = kept;  // only spans judged here: skipped until something changes
     }
+    __atomic_store_n(&d->adopt_kept, left, __ATOMIC_RELAXED);
   }
   g.collect_lock.unlock();
   h->stats.inc(HeapStat::spans_adopted, adopted);

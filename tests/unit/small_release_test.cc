@@ -284,6 +284,95 @@ TEST_P(SmallRelease, AThreadLeavesAQuietOwnerTheSpansItStillMostlyUses) {
   EXPECT_EQ(lm_check_invariants(), nullptr);
 }
 
+// A worker allocates and then blocks (its heap is quiet); this thread frees
+// one in eight objects of each of its parked spans (all mostly used: none
+// adoptable) and allocates twice as much, looking for spans to adopt many
+// times.  It claims the quiet heap once (one process barrier), keeps its
+// spans there, and does not claim it again while nothing that could change
+// the verdict happens (Heap::adopt_kept): each look used to cost a barrier.
+// Then it frees most of the rest of one span, which leaves it nearly empty
+// and flags the heap (adopt_ready): the next look claims the heap once
+// more and adopts that span, whose freed objects this thread gets back.
+TEST_P(SmallRelease, AQuietOwnersKeptSpansAreJudgedAgainOnlyWhenFreesArrive) {
+  ASSERT_FALSE(detail::g_heap_fence) << "the process barriers count the claims";
+  lm_thread_collect();
+  // Heaps earlier tests left with spans on their delayed stacks are
+  // collected first, so that only the worker's are claimed.
+  lm_collect_idle_heaps(500 * kSecond, 0);
+  lm_collect_idle_heaps(500 * kSecond, 0);
+  std::vector<void*> v(count());
+  std::vector<bool> live(v.size(), true);
+  lmt::Phases phases;  // 1: allocated; 2: worker frees the rest and exits
+  std::thread worker([&] {
+    ASSERT_NO_FATAL_FAILURE(fill(v, 0x3c));
+    phases.set(1);
+    phases.wait(2);
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (live[i]) lm_free(v[i]);
+    }
+    lm_thread_collect();
+  });
+  phases.wait(1);
+  // The worker's spans, in allocation order; its current one (the last
+  // object's) is not parked and is left alone.
+  std::vector<std::vector<size_t>> objects;
+  Span* last = nullptr;
+  for (size_t i = 0; i < v.size(); ++i) {
+    Span* sp = detail::g.backend.span_of(v[i]);
+    ASSERT_NE(sp, nullptr);
+    if (sp != last) objects.emplace_back();
+    last = sp;
+    objects.back().push_back(i);
+  }
+  ASSERT_GE(objects.size(), 8u);
+  const size_t parked = objects.size() - 1;
+  auto free_where = [&](size_t k, auto&& pred, std::set<void*>* freed) {
+    for (size_t j = 0; j < objects[k].size(); ++j) {
+      const size_t i = objects[k][j];
+      if (!live[i] || !pred(j)) continue;
+      if (freed) freed->insert(v[i]);
+      lm_free(v[i]);
+      live[i] = false;
+    }
+  };
+  for (size_t k = 0; k < parked; ++k) free_where(k, [](size_t j) { return j % 8 == 0; }, nullptr);
+  lm_thread_collect();  // this thread's cache goes back to the worker's spans
+
+  test::FakePlatform fake;  // counts the process barriers
+  lm_set_platform(fake.get());
+  struct Restore {
+    ~Restore() { lm_set_platform(&pal::linux_platform()); }
+  } restore;
+  const uint64_t kept0 = stat("spans_not_adopted");
+  const uint64_t adopted0 = stat("spans_adopted");
+  std::vector<void*> w(2 * count());
+  ASSERT_NO_FATAL_FAILURE(fill(w, 0x4d));
+  EXPECT_EQ(fake.barrier_fault.calls, 1u) << "claims of the quiet heap";
+  EXPECT_EQ(stat("spans_not_adopted") - kept0, parked) << "spans judged and kept";
+  EXPECT_EQ(stat("spans_adopted"), adopted0);
+
+  // Most of the rest of the first parked span: one object in eight stays.
+  std::set<void*> freed;
+  free_where(0, [](size_t j) { return j % 8 != 1; }, &freed);
+  lm_thread_collect();
+  const uint64_t barriers1 = fake.barrier_fault.calls;
+  std::vector<void*> w2(count());
+  ASSERT_NO_FATAL_FAILURE(fill(w2, 0x5e));
+  size_t reused = 0;
+  for (void* p : w2) reused += freed.count(p);
+  EXPECT_EQ(fake.barrier_fault.calls - barriers1, 1u) << "claims of the quiet heap";
+  EXPECT_EQ(stat("spans_adopted") - adopted0, 1u);
+  EXPECT_EQ(stat("spans_not_adopted") - kept0, 2 * parked - 1);
+  EXPECT_GE(reused, freed.size() / 2) << "of the nearly emptied span's freed objects";
+  EXPECT_EQ(lm_check_invariants(), nullptr);
+  for (void* p : w) lm_free(p);
+  for (void* p : w2) lm_free(p);
+  phases.set(2);
+  worker.join();
+  lm_thread_collect();
+  EXPECT_EQ(lm_check_invariants(), nullptr);
+}
+
 // This thread allocates, frees every other object itself (so each span is
 // in its queue, none parked full: the frees revived them) and returns its
 // cache; a worker frees the rest.  The run that returns a span's last
