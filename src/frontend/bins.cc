@@ -12,6 +12,7 @@ namespace lazymalloc::detail {
 
 constinit __attribute__((tls_model("initial-exec"))) thread_local Bin tl_bins[kSmallClasses] = {};
 constinit __attribute__((tls_model("initial-exec"))) thread_local Block** tl_bin_fbase[kSmallClasses] = {};
+constinit __attribute__((tls_model("initial-exec"))) thread_local uint8_t tl_bin_cap[kSmallClasses] = {};
 
 namespace {
 
@@ -28,6 +29,24 @@ __attribute__((tls_model("initial-exec"))) thread_local uint64_t tl_bin_seen[kSm
 __attribute__((tls_model("initial-exec"))) thread_local uint32_t tl_bin_events;
 // Bytes of each bin last published in the heap's cache_bytes.
 __attribute__((tls_model("initial-exec"))) thread_local uint32_t tl_bin_bytes[kSmallClasses];
+// Growing bins (bin_event): a class with at least kBinGrowMisses refills
+// and overflows among kBinGcEvents of the thread's doubles its capacity,
+// up to bin_cap_max (heap.h): a bin too small for the program's swings
+// between mallocs and frees of its class misses over and over (issue #16:
+// random-size and larson missed on one malloc in ten with 16 KiB bins),
+// while a class used now and then never grows.
+inline constexpr uint32_t kBinGrowMisses = 4;
+__attribute__((tls_model("initial-exec"))) thread_local uint8_t tl_bin_misses[kSmallClasses];
+
+// REQUIRES h held, bin c enabled, and at most `cap` objects in each of its
+// stacks.  Bin c's capacity becomes `cap`: its free stack's limit moves
+// (flimit lies the capacity above the start of its half, which a
+// collector's take does not move).
+void bin_set_cap(unsigned c, uint32_t cap) {
+  Bin& bin = tl_bins[c];
+  bin.flimit = bin.flimit - tl_bin_cap[c] + cap;
+  tl_bin_cap[c] = uint8_t(cap);
+}
 
 inline uint64_t bin_fingerprint(const Bin& b) {
   return reinterpret_cast<uintptr_t>(b.top) ^ (reinterpret_cast<uintptr_t>(b.ftop) << 1);
@@ -55,7 +74,7 @@ void bin_published(Heap* h, unsigned c) {
 // none).  The list's first object ends on top, so objects go out in list
 // order (carve lists them in address order).
 void bin_refill(Bin& bin, unsigned c, Span* s) {
-  uint32_t want = kClasses.bin_cap[c];
+  uint32_t want = tl_bin_cap[c];
   if (!bin.base || !s->free) return;
   uint32_t n = 0, steps = 0;
   Block* b = s->free;
@@ -78,9 +97,12 @@ void bins_enable(Heap* h) {
     uint32_t cap = kClasses.bin_cap[c];
     if (!cap) continue;
     Block** a = h->bin_slots + kClasses.bin_offset[c];
+    Block** f = a + kClasses.bin_cap_max[c];
     bin.top = bin.base = a;
-    bin.ftop = tl_bin_fbase[c] = a + cap;
-    bin.flimit = a + 2 * cap;
+    bin.ftop = tl_bin_fbase[c] = f;
+    bin.flimit = f + cap;
+    tl_bin_cap[c] = uint8_t(cap);
+    tl_bin_misses[c] = 0;
   }
   h->thread_bins = tl_bins;
   h->thread_fbase = tl_bin_fbase;
@@ -94,15 +116,18 @@ void bins_enable(Heap* h) {
 // h->bins_taken): the free stack fills its half up to flimit, and the
 // stacks trade places by swapping halves (bins_trade), refills fill the
 // allocation stack from its base (bin_refill).  The free stack's half is
-// the one flimit ends; the allocation stack has the other.
+// the one flimit ends (the bin's capacity above its start); the
+// allocation stack has the other.  A grown bin goes back to its starting
+// capacity, or to what its stacks still hold if more: the thread was
+// quiet, and a collector took its cache.
 void bins_to_start(Heap* h) {
   for (unsigned c = 0; c < kSmallClasses; ++c) {
     Bin& bin = tl_bins[c];
     if (!bin.flimit) continue;
-    const uint32_t cap = kClasses.bin_cap[c];
+    const uint32_t half = kClasses.bin_cap_max[c];
     Block** const slots = h->bin_slots + kClasses.bin_offset[c];
-    Block** const fstart = bin.flimit - cap;
-    Block** const astart = fstart == slots ? slots + cap : slots;
+    Block** const fstart = bin.flimit - tl_bin_cap[c];
+    Block** const astart = fstart == slots ? slots + half : slots;
     if (bin.base != astart) {
       // At most one entry left (the top, which the thread may still pop),
       // and never below base outside a collector's take.
@@ -112,11 +137,16 @@ void bins_to_start(Heap* h) {
       bin.top = astart + n;
     }
     Block** fbase = tl_bin_fbase[c];
-    if (fbase == fstart) continue;
-    size_t n = size_t(bin.ftop - fbase);
-    memmove(fstart, fbase, n * sizeof(Block*));
-    tl_bin_fbase[c] = fstart;
-    bin.ftop = fstart + n;
+    if (fbase != fstart) {
+      size_t n = size_t(bin.ftop - fbase);
+      memmove(fstart, fbase, n * sizeof(Block*));
+      tl_bin_fbase[c] = fstart;
+      bin.ftop = fstart + n;
+    }
+    if (tl_bin_cap[c] > kClasses.bin_cap[c]) {
+      uint32_t held = std::max(uint32_t(bin.top - bin.base), uint32_t(bin.ftop - fstart));
+      bin_set_cap(c, std::max<uint32_t>(kClasses.bin_cap[c], held));
+    }
   }
   h->bins_taken = false;
 }
@@ -159,20 +189,29 @@ void bin_flush(Heap* h, unsigned c, uint32_t keep) {
   if (pending) heap_work_arrived();
 }
 
-// Counts a refill or overflow; every kBinGcEvents, returns the bins that
-// have not changed since the last time.
-void bin_event(Heap* h) {
+// Counts a refill or overflow of class c; every kBinGcEvents, returns the
+// bins that have not changed since the last time (and they go back to
+// their starting capacity), and doubles the capacity of those that missed
+// kBinGrowMisses times or more meanwhile.
+void bin_event(Heap* h, unsigned c) {
+  if (tl_bin_misses[c] < 255) ++tl_bin_misses[c];
   if (++tl_bin_events % kBinGcEvents != 0) return;
   bool pending = false;
   {
     HeapGuard guard(h);
-    for (unsigned c = 0; c < kSmallClasses; ++c) {
-      const Bin& bin = tl_bins[c];
-      if (bin_fingerprint(bin) == tl_bin_seen[c] && bin_count(bin, c) != 0) {
-        pending |= bin_flush_held(h, c, 0);
+    for (unsigned k = 0; k < kSmallClasses; ++k) {
+      const Bin& bin = tl_bins[k];
+      const uint32_t misses = tl_bin_misses[k];
+      tl_bin_misses[k] = 0;
+      if (!bin.flimit) continue;
+      if (bin_fingerprint(bin) == tl_bin_seen[k] && bin_count(bin, k) != 0) {
+        pending |= bin_flush_held(h, k, 0);
         heap_count(h, HeapStat::cache_idle_flushes);
+        bin_set_cap(k, kClasses.bin_cap[k]);  // (empty now)
+      } else if (misses >= kBinGrowMisses && tl_bin_cap[k] < kClasses.bin_cap_max[k]) {
+        bin_set_cap(k, std::min<uint32_t>(2u * tl_bin_cap[k], kClasses.bin_cap_max[k]));
       }
-      tl_bin_seen[c] = bin_fingerprint(bin);
+      tl_bin_seen[k] = bin_fingerprint(bin);
     }
   }
   if (pending) heap_work_arrived();
@@ -372,9 +411,9 @@ LM_NOINLINE void bin_overflow(Span* s, void* p) {
     return;
   }
   if (bin.ftop == bin.flimit) {
-    bin_flush(h, c, kClasses.bin_cap[c] / 2);
+    bin_flush(h, c, tl_bin_cap[c] / 2);
     heap_count(h, HeapStat::cache_flushes);
-    bin_event(h);
+    bin_event(h, c);
   }
   Block** t = bin.ftop;
   *t = static_cast<Block*>(p);

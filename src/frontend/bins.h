@@ -45,6 +45,10 @@ struct alignas(32) Bin {
 extern constinit __attribute__((tls_model("initial-exec"))) thread_local Bin tl_bins[kSmallClasses];
 // Where each free stack starts (slow paths only).
 extern constinit __attribute__((tls_model("initial-exec"))) thread_local Block** tl_bin_fbase[kSmallClasses];
+// Each bin's capacity now (slow paths only): each stack holds at most
+// this many, and a free stack's flimit lies this far above the start of
+// its half of the slots.  From kClasses.bin_cap up to bin_cap_max (heap.h).
+extern constinit __attribute__((tls_model("initial-exec"))) thread_local uint8_t tl_bin_cap[kSmallClasses];
 
 // Sizes the malloc fast path serves and bins cache: up to kDirectMax by
 // 16-byte steps, then up to kCachedMax (heap.h) by 256-byte steps (every
@@ -56,7 +60,8 @@ struct ClassTable {
   uint8_t slot_class[kDirectSlots];  // (size + 15) / 16 -> class, sizes <= kDirectMax
   uint8_t mid_class[kMidSlots];      // (size + 255) / 256 -> class, sizes <= kCachedMax
   uint8_t units[kSmallClasses];
-  uint8_t bin_cap[kSmallClasses];
+  uint8_t bin_cap[kSmallClasses];      // a bin's starting capacity
+  uint8_t bin_cap_max[kSmallClasses];  // and the most it grows to (each stack's half of the slots)
   uint8_t trade_min[kSmallClasses];
   uint16_t bin_offset[kSmallClasses];  // into Heap::bin_slots
   uint64_t magic[kSmallClasses];
@@ -75,6 +80,7 @@ constexpr ClassTable make_class_table() {
   for (unsigned c = 0; c < kSmallClasses; ++c) {
     t.units[c] = uint8_t(span_units(c));
     t.bin_cap[c] = uint8_t(bin_cap(c));
+    t.bin_cap_max[c] = uint8_t(bin_cap_max(c));
     t.trade_min[c] = uint8_t(trade_min(c));
     t.bin_offset[c] = uint16_t(bin_slot_offset(c));
     t.magic[c] = class_magic(class_size(c));
@@ -190,7 +196,7 @@ inline bool bins_trade(unsigned c) {
   bin.base = fbase;
   bin.top = bin.ftop;
   tl_bin_fbase[c] = bin.ftop = empty;
-  bin.flimit = empty + kClasses.bin_cap[c];
+  bin.flimit = empty + tl_bin_cap[c];
   return true;
 }
 
@@ -226,7 +232,7 @@ void bin_flush(Heap* h, unsigned c, uint32_t keep);
 // only.  true if another heap got work.
 bool bins_take_begin(Heap* h);
 bool bins_take_idle(Heap* h, uint64_t* bytes, bool fenced);
-void bin_event(Heap* h);
+void bin_event(Heap* h, unsigned c);
 // Publishes the bytes bin c holds now in heap h's cache_bytes (slow paths
 // only: the fast paths never count).
 void bin_published(Heap* h, unsigned c);

@@ -45,17 +45,24 @@ inline constexpr unsigned kQuarantineSlots = 128;
 inline constexpr size_t kQuarantineBytes = size_t(1) << 20;
 
 // Thread caches (bins.h, bins.cc): sizes up to kCachedMax are cached.  A
-// bin is two stacks of free objects' addresses, each of at most
-// bin_cap(c) entries (at most 128 objects and 16 KiB, and at least one
-// object), in its heap's `bin_slots`.
+// bin is two stacks of free objects' addresses, each of at most the
+// bin's capacity (at most 128 objects, and at least one object), in its
+// heap's `bin_slots`.  A bin starts at bin_cap(c) (16 KiB of objects), and
+// a class that keeps missing (refills and overflows) doubles it, up to
+// bin_cap_max(c) (64 KiB); an idle flush or a collector's take puts it
+// back to bin_cap(c) (bins.cc: bin_event, bins_to_start).  The slots are
+// sized for bin_cap_max.  Classes of one object (above 8 KiB) do not grow
+// (trade_min).
 inline constexpr size_t kCachedMax = 32768;
 inline constexpr uint32_t kBinCapMax = 128;
-constexpr uint32_t bin_cap(unsigned c) {
+constexpr uint32_t bin_cap_bytes(unsigned c, size_t bytes) {
   size_t size = class_size(c);
   if (size > kCachedMax) return 0;
-  size_t n = 16384 / size;
+  size_t n = bytes / size;
   return uint32_t(n > kBinCapMax ? kBinCapMax : n < 1 ? 1 : n);
 }
+constexpr uint32_t bin_cap(unsigned c) { return bin_cap_bytes(c, 16384); }
+constexpr uint32_t bin_cap_max(unsigned c) { return bin_cap(c) <= 1 ? bin_cap(c) : bin_cap_bytes(c, 65536); }
 // The fewest objects class c's free stack must hold for the two stacks to
 // trade places when the allocation stack runs dry: two (one where bin_cap
 // is one).  A free stack of one object is not traded: the allocation stack
@@ -79,7 +86,7 @@ static_assert(trade_min_below_overflow_rest());
 // Where class c's two stacks start in bin_slots, and how many slots a heap has.
 constexpr size_t bin_slot_offset(unsigned c) {
   size_t n = 0;
-  for (unsigned k = 0; k < c; ++k) n += 2 * size_t(bin_cap(k));
+  for (unsigned k = 0; k < c; ++k) n += 2 * size_t(bin_cap_max(k));
   return n;
 }
 inline constexpr size_t kBinSlots = bin_slot_offset(kSmallClasses);

@@ -782,7 +782,7 @@ LM_NOINLINE void* alloc_refill(Heap* h, unsigned c) {
     return nullptr;
   }
   // With the heap let go: an idle bin's flush holds it again.
-  bin_event(h);
+  bin_event(h, c);
   return b;
 }
 

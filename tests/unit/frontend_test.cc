@@ -289,6 +289,50 @@ TEST(ThreadCache, AnIdleBinGoesBackOnceTheThreadMovesOn) {
   EXPECT_EQ(lm_check_invariants(), nullptr);
 }
 
+// A bin's capacity: how many objects its free stack takes before it
+// overflows (flimit above the start of its half; no collector here).
+uint32_t bin_capacity(unsigned c) {
+  const detail::Bin& bin = detail::tl_bins[c];
+  return uint32_t(bin.flimit - detail::tl_bin_fbase[c]);
+}
+
+// A class that keeps missing (refills and overflows: here a thread that
+// swings between 600 live objects of 1000 B and none, which 16 KiB bins
+// of 16 objects serve with an overflow every 8 frees and a refill every
+// 16 mallocs) grows its bin, doubling up to bin_cap_max (64 objects), and
+// misses less; once the thread moves on to other sizes, the idle bin goes
+// back to its spans and to its starting capacity.
+TEST(ThreadCache, ABusyClassGrowsItsBinAndAnIdleOneShrinksBack) {
+  std::thread([] {
+    constexpr size_t kSize = 1000;
+    const unsigned c = size_class(kSize);
+    ASSERT_EQ(bin_cap(c), 16u);
+    std::vector<void*> v(600);
+    auto swing = [&](size_t size) {
+      for (auto& p : v) p = lm_malloc(size);
+      for (void* p : v) lm_free(p);
+    };
+    const uint64_t flushes0 = stat("cache_flushes");
+    swing(kSize);  // (111 refills and overflows: fewer than a look at the bins takes, 256)
+    const uint64_t first = stat("cache_flushes") - flushes0;
+    EXPECT_EQ(bin_capacity(c), 16u);
+    for (int i = 0; i < 20; ++i) swing(kSize);
+    EXPECT_EQ(bin_capacity(c), 64u);
+    const uint64_t f0 = stat("cache_flushes");
+    swing(kSize);
+    const uint64_t grown = stat("cache_flushes") - f0;
+    EXPECT_LT(grown * 3, first) << "overflows of one swing: " << first << " at 16 objects, " << grown << " at 64";
+    // Other sizes only: the 1000-byte bin sits unchanged and goes back.
+    const uint64_t idle0 = stat("cache_idle_flushes");
+    for (int i = 0; i < 40; ++i) swing(96);
+    EXPECT_GE(stat("cache_idle_flushes") - idle0, 1u);
+    EXPECT_EQ(detail::tl_bins[c].top, detail::tl_bins[c].base);
+    EXPECT_EQ(detail::tl_bins[c].ftop, detail::tl_bin_fbase[c]);
+    EXPECT_EQ(bin_capacity(c), 16u);
+  }).join();
+  EXPECT_EQ(lm_check_invariants(), nullptr);
+}
+
 // One object in flight (p = malloc(n); free(q); q = p) from a cache that
 // holds one object of the class.  A trade of the two stacks keeps the
 // bin's count, and so does the loop: each malloc found the allocation stack
