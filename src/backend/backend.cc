@@ -372,7 +372,7 @@ bool Backend::hugepages_pay(uint64_t active, uint64_t more_huge) const {
 // The sparse slots keep MADV_NOHUGEPAGE: one call per run of them after
 // the arena's.
 void Backend::advise_arenas_huge() {
-  huge_arenas_ = true;
+  __atomic_store_n(&huge_arenas_, true, __ATOMIC_RELAXED);  // arenas_huge() reads it unlocked
   stats_->set(Stat::hugepage_advice, 1);
   for (Arena* a = arenas_; a; a = a->next) {
     platform_->advise_hugepage(platform_->ctx, reinterpret_cast<void*>(a->base), a->nslots * kSlotSize, true);
@@ -394,7 +394,7 @@ void Backend::advise_arenas_huge() {
 // One call per run of slots that are not part of a huge block (those stay
 // advised, and are marked so, as advise_slots_huge would have).
 void Backend::withdraw_arenas_huge() {
-  huge_arenas_ = false;
+  __atomic_store_n(&huge_arenas_, false, __ATOMIC_RELAXED);  // arenas_huge() reads it unlocked
   stats_->set(Stat::hugepage_advice, 0);
   stats_->add(Stat::hugepage_withdrawals, 1);
   for (Arena* a = arenas_; a; a = a->next) {

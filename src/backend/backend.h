@@ -435,7 +435,7 @@ class Backend {
   static constexpr size_t kFirstArena = size_t(64) << 20;
   unsigned grown_ = 0;               // REQUIRES lock_: regular arenas reserved below arena_reserve_
   bool hugepages_ = false;           // Opt::hugepages
-  bool huge_arenas_ = false;         // REQUIRES lock_: every arena is advised MADV_HUGEPAGE
+  bool huge_arenas_ = false;         // written under lock_ (atomic stores: arenas_huge() reads it unlocked): every arena is advised MADV_HUGEPAGE
   size_t unit_slots_ = 0;            // REQUIRES lock_: slots of kind kUnits
   uint64_t now_ = 0;                 // REQUIRES lock_: the clock at this operation
   uint64_t last_activity_ns_ = 0;
