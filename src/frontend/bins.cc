@@ -29,6 +29,11 @@ __attribute__((tls_model("initial-exec"))) thread_local uint64_t tl_bin_seen[kSm
 __attribute__((tls_model("initial-exec"))) thread_local uint32_t tl_bin_events;
 // Bytes of each bin last published in the heap's cache_bytes.
 __attribute__((tls_model("initial-exec"))) thread_local uint32_t tl_bin_bytes[kSmallClasses];
+
+// Whether this thread's bin c has anything to return: an empty bin
+// published as empty has not.
+inline bool bin_holds(unsigned c) { return bin_count(tl_bins[c], c) != 0 || tl_bin_bytes[c] != 0; }
+
 // Growing bins (bin_event): a class with at least kBinGrowMisses refills
 // and overflows among kBinGcEvents of the thread's doubles its capacity,
 // up to bin_cap_max (heap.h): a bin too small for the program's swings
@@ -227,13 +232,13 @@ void bin_event(Heap* h, unsigned c) {
 // fresh stack pages with it, issue #16).  true if another heap got work.
 static bool bin_return_disabled(Heap* h, unsigned c, const Bin& bin, Block** fbase);
 static inline bool bin_disable_held(Heap* h, unsigned c) {
+  // Most of an exiting thread's bins are empty and published as empty.
+  const bool holds = bin_holds(c);
   const Bin bin = tl_bins[c];
   Block** const fbase = tl_bin_fbase[c];
   tl_bins[c] = Bin{};
   tl_bin_fbase[c] = nullptr;
-  // Most of an exiting thread's bins are empty and published as empty.
-  if (bin.top <= bin.base && bin.ftop == fbase && tl_bin_bytes[c] == 0) return false;
-  return bin_return_disabled(h, c, bin, fbase);
+  return holds && bin_return_disabled(h, c, bin, fbase);
 }
 
 // The two stacks lie in the two halves of the bin's slots, either way
@@ -267,8 +272,7 @@ void bins_return_all(Heap* h, bool exiting) {
     for (unsigned c = 0; c < kSmallClasses; ++c) {
       if (exiting) {
         pending |= bin_disable_held(h, c);
-      } else if (bin_count(tl_bins[c], c) != 0 || tl_bin_bytes[c] != 0) {
-        // An empty bin published as empty has nothing to return.
+      } else if (bin_holds(c)) {
         pending |= bin_flush_held(h, c, 0);
       }
     }

@@ -90,8 +90,9 @@ namespace {
 // Resident pages of span s (its class's verdict takes the sample), or -1
 // if the kernel would not say.  Races between threads lose a sample at
 // worst (relaxed loads and stores: a heuristic).
-long span_residency(const Span* s, size_t pages) {
+long span_residency(const Span* s) {
   const unsigned c = s->cls;
+  const size_t pages = s->bytes / kOsPageSize;
   const long resident = g_platform->resident_pages(g_platform->ctx, s->start, s->bytes);
   if (resident < 0) return resident;
   const unsigned share = unsigned(uint64_t(resident) * 255 / pages);
@@ -116,10 +117,10 @@ void release_small(Span* s) {
   const unsigned c = s->cls;
   if (!s->sparse && kClasses.units[c] > 1 && !g.backend.arenas_huge() &&
       g_class_samples[c].load(std::memory_order_relaxed) < kResidencySamples) {
-    span_residency(s, s->bytes / kOsPageSize);
+    span_residency(s);
   } else if (s->sparse) {
     const size_t pages = s->bytes / kOsPageSize;
-    const long resident = span_residency(s, pages);
+    const long resident = span_residency(s);
     // A span of a class now judged dense goes back CLEAN whatever its
     // residency: only sparse spans reuse a sparse slot's units, and its
     // RETAINED units would wait partial_decay_ms beside the slot's live spans.
@@ -206,7 +207,7 @@ bool span_keep(Heap* h, Span* s) {
   if (h->kept_count[c] >= kKeptSpans || h->kept_bytes + s->bytes > h->sparse_bytes) return false;
   // The class's first samples (a syscall): its kept spans may be all that
   // goes back for a while.
-  if (g_class_samples[c].load(std::memory_order_relaxed) < kResidencySamples) span_residency(s, s->bytes / kOsPageSize);
+  if (g_class_samples[c].load(std::memory_order_relaxed) < kResidencySamples) span_residency(s);
   s->next = h->kept[c];
   s->prev = nullptr;
   h->kept[c] = s;
