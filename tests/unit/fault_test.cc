@@ -379,7 +379,9 @@ TEST_F(FaultTest, BackgroundThreadThatCannotStartDegradesToInlineDecay) {
 // through a fake platform with a clock that runs from the real one.
 TEST(FaultFrontend, FreeDecaysInlineWhenTheBackgroundThreadCannotStart) {
   static test::FakePlatform fake;
-  fake.now_ns = pal::linux_platform().now_ns(nullptr) + 1'000'000'000;
+  // An hour ahead: past the clock of the tests that may run before it in this
+  // process (an inline purge runs at most once per background_interval_ms).
+  fake.now_ns = pal::linux_platform().now_ns(nullptr) + 3600 * 1'000'000'000ull;
   fake.thread_fault.fail_every(EAGAIN);
   option_set(unsigned(Opt::background), 1);
   option_set(unsigned(Opt::background_interval_ms), 100);

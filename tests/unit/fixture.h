@@ -34,6 +34,7 @@ class PurgeFixture : public ::testing::Test {
     backend->init(fake.get(), stats.get(), 64 * kMiB, false);
     purger = std::make_unique<Purger>();
     purger->init(backend.get(), fake.get(), stats.get());
+    set(Opt::background, 1);  // the default (isolation.cc turns it off for lm_*)
     set(Opt::decay_ms, 1000);
     set(Opt::partial_decay_ms, 4000);
     set(Opt::purge, policy_);
