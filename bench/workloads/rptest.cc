@@ -168,11 +168,15 @@ class Rptest final : public Workload {
                       drain();
                       std::this_thread::yield();
                     }
-                    std::lock_guard lock(next.mutex);
-                    next.objects.insert(next.objects.end(), out.begin(), out.end());
-                    next.nonempty.store(true, std::memory_order_release);
-                    next.size.store(next.objects.size(), std::memory_order_relaxed);
-                    out.clear();
+                    if (inbox_max_ && next.size.load(std::memory_order_acquire) + kBatch > inbox_max_) {
+                      free_all(out);  // stopped with no room: the bound holds to the end
+                    } else {
+                      std::lock_guard lock(next.mutex);
+                      next.objects.insert(next.objects.end(), out.begin(), out.end());
+                      next.nonempty.store(true, std::memory_order_release);
+                      next.size.store(next.objects.size(), std::memory_order_relaxed);
+                      out.clear();
+                    }
                   }
                 } else {
                   std::free(slot);
