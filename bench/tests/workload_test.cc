@@ -166,6 +166,28 @@ TEST(Workload, IdleReleaseRejectsBadOptions) {
   }
 }
 
+// rptest's inboxes hold at most --inbox-max objects (issue #16: unbounded,
+// the backlog a descheduled thread found made peak RSS follow the
+// scheduler), and a bound below one batch is refused.
+TEST(Workload, RptestBoundsItsInboxes) {
+  ASSERT_EQ(g_workload, "rptest") << "run with --workload rptest";
+  auto opts = test::options();
+  opts.env["LD_PRELOAD"] = g_preload.empty() ? std::nullopt : std::optional<std::string>(g_preload);
+  for (const char* threads : {"1", "2", "3"}) {
+    const auto r = spawn({g_lazybench, "run", "rptest", "--quick", "-t", threads, "--inbox-max", "128"}, opts);
+    ASSERT_EQ(r.exit_code(), 0) << r.describe();
+    std::string error;
+    const auto result = find_result(r.out, &error);
+    ASSERT_TRUE(result) << error << "\n" << r.describe();
+    const auto peak = result->extra_value("inbox_peak");
+    ASSERT_TRUE(peak) << r.out;
+    EXPECT_GT(*peak, 0) << r.out;  // 1/4 of the frees go through the inboxes
+    EXPECT_LE(*peak, 128) << r.out;
+  }
+  const auto bad = spawn({g_lazybench, "run", "rptest", "--quick", "--inbox-max", "10"}, opts);
+  EXPECT_EQ(bad.exit_code(), 2) << bad.describe();
+}
+
 TEST(Workload, PhasesWritesTimeSeries) {
   ASSERT_EQ(g_workload, "phases") << "run with --workload phases";
   const auto file = std::filesystem::temp_directory_path() /
