@@ -333,6 +333,61 @@ TEST(ThreadCache, ABusyClassGrowsItsBinAndAnIdleOneShrinksBack) {
   EXPECT_EQ(lm_check_invariants(), nullptr);
 }
 
+// Objects cached in this thread's bin of class c (both stacks).
+uint32_t bin_held(unsigned c) {
+  const detail::Bin& bin = detail::tl_bins[c];
+  return uint32_t((bin.top - bin.base) + (bin.ftop - detail::tl_bin_fbase[c]));
+}
+
+// A consumer (xmalloc: a thread that frees the objects other threads
+// allocate, and allocates none of their class) returns them whole bins at
+// a time: each overflow sends back all the bin holds, not the older half
+// (kept for a thread that allocates them again, they would only wait
+// while their owner takes new memory), and its overflows do not grow the
+// bin (a bigger one would only hold them longer).  Before, the consumer's
+// bin of 256 B objects grew from 64 to 128 after 256 overflows and then
+// held 64-128 of them (16-32 KiB) for good.  A thread that allocates from
+// the class in between flushes as before.
+TEST(ThreadCache, AConsumersBinReturnsOtherThreadsObjectsWhole) {
+  constexpr size_t kSize = 256;
+  const unsigned c = size_class(kSize);
+  ASSERT_EQ(bin_cap(c), 64u);
+  std::vector<void*> made;
+  for (int i = 0; i < 24000; ++i) made.push_back(lm_malloc(kSize));  // 375 overflows of 64
+  uint32_t most = 0, least = bin_cap(c), cap = 0;
+  std::thread([&] {
+    lm_free(lm_malloc(16));  // the thread has a heap (its first free does not cache)
+    for (size_t i = 0; i < made.size(); ++i) {
+      lm_free(made[i]);
+      most = std::max(most, bin_held(c));
+      if (i >= bin_cap(c)) least = std::min(least, bin_held(c));
+    }
+    cap = bin_capacity(c);
+  }).join();
+  EXPECT_EQ(cap, bin_cap(c)) << "a consumer's bin does not grow";
+  EXPECT_LE(most, bin_cap(c));
+  EXPECT_LE(least, 1u) << "an overflow leaves nothing of another heap's in a consumer's bin";
+  lm_thread_collect();
+  EXPECT_EQ(lm_check_invariants(), nullptr);
+}
+
+// A thread that frees its own objects without allocating in between (a
+// program freeing a batch it made) is no consumer: its bin keeps its
+// capacity, and the next batch's mallocs reuse what it holds.
+TEST(ThreadCache, AThreadFreeingItsOwnObjectsKeepsItsBin) {
+  std::thread([] {
+    constexpr size_t kSize = 256;
+    const unsigned c = size_class(kSize);
+    std::vector<void*> v(2000);
+    for (auto& p : v) p = lm_malloc(kSize);
+    for (void* p : v) lm_free(p);
+    EXPECT_GE(bin_capacity(c), bin_cap(c));
+    EXPECT_GE(bin_held(c), bin_cap(c) / 2) << "an overflow leaves the newer half";
+  }).join();
+  lm_thread_collect();
+  EXPECT_EQ(lm_check_invariants(), nullptr);
+}
+
 // One object in flight (p = malloc(n); free(q); q = p) from a cache that
 // holds one object of the class.  A trade of the two stacks keeps the
 // bin's count, and so does the loop: each malloc found the allocation stack
