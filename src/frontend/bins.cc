@@ -215,8 +215,9 @@ void bin_freeing(Heap* h, unsigned c) {
 // Counts a refill or overflow of class c (a miss, unless a consumer's
 // overflow: a bigger bin would only hold its objects longer); every
 // kBinGcEvents, returns the bins that have not changed since the last time
-// (and they go back to their starting capacity), and doubles the capacity
-// of those that missed kBinGrowMisses times or more meanwhile.
+// (and they go back to their starting capacity), doubles the capacity
+// of those that missed kBinGrowMisses times or more meanwhile, and ages
+// the classes' malloc marks (tl_bin_mallocs).
 void bin_event(Heap* h, unsigned c, bool miss) {
   if (miss && tl_bin_misses[c] < 255) ++tl_bin_misses[c];
   if (++tl_bin_events % kBinGcEvents != 0) return;
@@ -227,6 +228,7 @@ void bin_event(Heap* h, unsigned c, bool miss) {
       const Bin& bin = tl_bins[k];
       const uint32_t misses = tl_bin_misses[k];
       tl_bin_misses[k] = 0;
+      if (tl_bin_mallocs[k]) --tl_bin_mallocs[k];
       if (!bin.flimit) continue;
       if (bin_fingerprint(bin) == tl_bin_seen[k] && bin_count(bin, k) != 0) {
         pending |= bin_flush_held(h, k, 0);
@@ -434,12 +436,10 @@ LM_NOINLINE void bin_overflow(Span* s, void* p) {
     return;
   }
   if (bin.ftop == bin.flimit) {
-    // No malloc of the class since its last overflow (each empties the
-    // allocation stack, so the thread's next malloc of it would have come
-    // to alloc_class), and the object is another heap's: a consumer of
-    // the class, whose whole bin goes back (bin_freeing).
-    const bool consumer = !tl_bin_mallocs[c] && __atomic_load_n(&s->heap, __ATOMIC_RELAXED) != h;
-    tl_bin_mallocs[c] = 0;
+    // No malloc of the class for two looks at the bins (tl_bin_mallocs),
+    // and the object is another heap's: a consumer of the class, whose
+    // whole bin goes back (bin_freeing).
+    const bool consumer = tl_bin_mallocs[c] == 0 && __atomic_load_n(&s->heap, __ATOMIC_RELAXED) != h;
     if (consumer) {
       bin_freeing(h, c);
     } else {

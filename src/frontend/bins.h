@@ -49,10 +49,12 @@ extern constinit __attribute__((tls_model("initial-exec"))) thread_local Block**
 // this many, and a free stack's flimit lies this far above the start of
 // its half of the slots.  From kClasses.bin_cap up to bin_cap_max (heap.h).
 extern constinit __attribute__((tls_model("initial-exec"))) thread_local uint8_t tl_bin_cap[kSmallClasses];
-// Whether the thread allocated from each class since the class's last
-// overflow (set by alloc_class, which every malloc after an overflow
-// reaches: the overflow empties the allocation stack; read and cleared
-// by bin_overflow).
+// Whether the thread allocated from each class lately: 2 when a malloc
+// of the class came to alloc_class (every malloc does that once an
+// overflow or a refill's end emptied the allocation stack), one less at
+// each look at the bins (bin_event, every kBinGcEvents refills and
+// overflows of the thread), so 0 after two looks with no such malloc
+// (slow paths only; bin_overflow reads it).
 extern constinit __attribute__((tls_model("initial-exec"))) thread_local uint8_t tl_bin_mallocs[kSmallClasses];
 
 // Sizes the malloc fast path serves and bins cache: up to kDirectMax by
