@@ -13,6 +13,7 @@ namespace lazymalloc::detail {
 constinit __attribute__((tls_model("initial-exec"))) thread_local Bin tl_bins[kSmallClasses] = {};
 constinit __attribute__((tls_model("initial-exec"))) thread_local Block** tl_bin_fbase[kSmallClasses] = {};
 constinit __attribute__((tls_model("initial-exec"))) thread_local uint8_t tl_bin_cap[kSmallClasses] = {};
+constinit __attribute__((tls_model("initial-exec"))) thread_local uint8_t tl_bin_mallocs[kSmallClasses] = {};
 
 namespace {
 
@@ -194,12 +195,31 @@ void bin_flush(Heap* h, unsigned c, uint32_t keep) {
   if (pending) heap_work_arrived();
 }
 
-// Counts a refill or overflow of class c; every kBinGcEvents, returns the
-// bins that have not changed since the last time (and they go back to
-// their starting capacity), and doubles the capacity of those that missed
-// kBinGrowMisses times or more meanwhile.
-void bin_event(Heap* h, unsigned c) {
-  if (tl_bin_misses[c] < 255) ++tl_bin_misses[c];
+// A consumer's overflow of bin c (bin_overflow): the thread frees objects
+// of the class that other heaps own and allocates none of it, so the
+// objects a flush leaves (half the bin, for a thread that allocates them
+// again) would only wait here while their owner takes new memory.  The
+// whole bin goes back, and a bin grown before goes back to its starting
+// capacity: its overflows count as no misses (bin_event), as a bigger bin
+// would only hold the objects longer.
+void bin_freeing(Heap* h, unsigned c) {
+  bool pending;
+  {
+    HeapGuard guard(h);
+    pending = bin_flush_held(h, c, 0);
+    if (tl_bin_cap[c] > kClasses.bin_cap[c]) bin_set_cap(c, kClasses.bin_cap[c]);
+  }
+  if (pending) heap_work_arrived();
+}
+
+// Counts a refill or overflow of class c (a miss, unless a consumer's
+// overflow: a bigger bin would only hold its objects longer); every
+// kBinGcEvents, returns the bins that have not changed since the last time
+// (and they go back to their starting capacity), doubles the capacity
+// of those that missed kBinGrowMisses times or more meanwhile, and ages
+// the classes' malloc marks (tl_bin_mallocs).
+void bin_event(Heap* h, unsigned c, bool miss) {
+  if (miss && tl_bin_misses[c] < 255) ++tl_bin_misses[c];
   if (++tl_bin_events % kBinGcEvents != 0) return;
   bool pending = false;
   {
@@ -208,6 +228,7 @@ void bin_event(Heap* h, unsigned c) {
       const Bin& bin = tl_bins[k];
       const uint32_t misses = tl_bin_misses[k];
       tl_bin_misses[k] = 0;
+      if (tl_bin_mallocs[k]) --tl_bin_mallocs[k];
       if (!bin.flimit) continue;
       if (bin_fingerprint(bin) == tl_bin_seen[k] && bin_count(bin, k) != 0) {
         pending |= bin_flush_held(h, k, 0);
@@ -415,9 +436,17 @@ LM_NOINLINE void bin_overflow(Span* s, void* p) {
     return;
   }
   if (bin.ftop == bin.flimit) {
-    bin_flush(h, c, tl_bin_cap[c] / 2);
+    // No malloc of the class for two looks at the bins (tl_bin_mallocs),
+    // and the object is another heap's: a consumer of the class, whose
+    // whole bin goes back (bin_freeing).
+    const bool consumer = tl_bin_mallocs[c] == 0 && __atomic_load_n(&s->heap, __ATOMIC_RELAXED) != h;
+    if (consumer) {
+      bin_freeing(h, c);
+    } else {
+      bin_flush(h, c, tl_bin_cap[c] / 2);
+    }
     heap_count(h, HeapStat::cache_flushes);
-    bin_event(h, c);
+    bin_event(h, c, !consumer);
   }
   Block** t = bin.ftop;
   *t = static_cast<Block*>(p);

@@ -49,6 +49,13 @@ extern constinit __attribute__((tls_model("initial-exec"))) thread_local Block**
 // this many, and a free stack's flimit lies this far above the start of
 // its half of the slots.  From kClasses.bin_cap up to bin_cap_max (heap.h).
 extern constinit __attribute__((tls_model("initial-exec"))) thread_local uint8_t tl_bin_cap[kSmallClasses];
+// Whether the thread allocated from each class lately: 2 when a malloc
+// of the class came to alloc_class (every malloc does that once an
+// overflow or a refill's end emptied the allocation stack), one less at
+// each look at the bins (bin_event, every kBinGcEvents refills and
+// overflows of the thread), so 0 after two looks with no such malloc
+// (slow paths only; bin_overflow reads it).
+extern constinit __attribute__((tls_model("initial-exec"))) thread_local uint8_t tl_bin_mallocs[kSmallClasses];
 
 // Sizes the malloc fast path serves and bins cache: up to kDirectMax by
 // 16-byte steps, then up to kCachedMax (heap.h) by 256-byte steps (every
@@ -232,7 +239,8 @@ void bin_flush(Heap* h, unsigned c, uint32_t keep);
 // only.  true if another heap got work.
 bool bins_take_begin(Heap* h);
 bool bins_take_idle(Heap* h, uint64_t* bytes, bool fenced);
-void bin_event(Heap* h, unsigned c);
+void bin_event(Heap* h, unsigned c, bool miss = true);
+void bin_freeing(Heap* h, unsigned c);
 // Publishes the bytes bin c holds now in heap h's cache_bytes (slow paths
 // only: the fast paths never count).
 void bin_published(Heap* h, unsigned c);

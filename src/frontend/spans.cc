@@ -801,6 +801,7 @@ LM_NOINLINE void* alloc_refill(Heap* h, unsigned c) {
 // only below top).
 LM_NOINLINE void* alloc_class(Heap* h, unsigned c) {
   Bin& bin = tl_bins[c];
+  tl_bin_mallocs[c] = 2;  // the thread allocates from the class (bin_overflow)
   if (bin_ready(bin)) return bin_pop(bin);
   if (!heap_try_hold(h)) return alloc_refill(h, c);
   // After a collector's take the slow part puts the stacks back first.

@@ -333,6 +333,89 @@ TEST(ThreadCache, ABusyClassGrowsItsBinAndAnIdleOneShrinksBack) {
   EXPECT_EQ(lm_check_invariants(), nullptr);
 }
 
+// Objects cached in this thread's bin of class c (both stacks).
+uint32_t bin_held(unsigned c) {
+  const detail::Bin& bin = detail::tl_bins[c];
+  return uint32_t((bin.top - bin.base) + (bin.ftop - detail::tl_bin_fbase[c]));
+}
+
+// A consumer (xmalloc: a thread that frees the objects other threads
+// allocate, and has allocated none of their class lately: tl_bin_mallocs)
+// returns them whole bins at a time: each overflow sends back all the bin
+// holds, not the older half (kept for a thread that allocates them again,
+// they would only wait while their owner takes new memory), and its
+// overflows do not grow the bin (a bigger one would only hold them
+// longer).  Before, the consumer's bin of 256 B objects grew from 64 to
+// 128 at the first look at the bins (256 overflows) and then held 64-128
+// of them (16-32 KiB) for good.
+TEST(ThreadCache, AConsumersBinReturnsOtherThreadsObjectsWhole) {
+  constexpr size_t kSize = 256;
+  const unsigned c = size_class(kSize);
+  ASSERT_EQ(bin_cap(c), 64u);
+  // Before: 256 overflows of 32, then overflows of 64 (grown to 128).
+  constexpr size_t kObjects = 256 * 32 + 8000, kJudged = 256 * 32 + 64;
+  std::vector<void*> made;
+  for (size_t i = 0; i < kObjects; ++i) made.push_back(lm_malloc(kSize));
+  uint32_t most = 0, least = bin_cap(c), cap = 0;
+  std::thread([&] {
+    lm_free(lm_malloc(16));  // the thread has a heap (its first free does not cache)
+    for (size_t i = 0; i < made.size(); ++i) {
+      lm_free(made[i]);
+      if (i >= kJudged) {
+        most = std::max(most, bin_held(c));
+        least = std::min(least, bin_held(c));
+      }
+    }
+    cap = bin_capacity(c);
+  }).join();
+  EXPECT_EQ(cap, bin_cap(c)) << "a consumer's bin does not grow";
+  EXPECT_LE(most, bin_cap(c));
+  EXPECT_LE(least, 1u) << "an overflow leaves nothing of another heap's in a consumer's bin";
+  lm_thread_collect();
+  EXPECT_EQ(lm_check_invariants(), nullptr);
+}
+
+// A thread that frees other heaps' objects and allocates from their class
+// too (larson, rptest) is no consumer: its overflows keep the newer half
+// of the bin for its mallocs.
+TEST(ThreadCache, AThreadAllocatingTheClassItFreesKeepsHalfOfItsBin) {
+  constexpr size_t kSize = 256;
+  const unsigned c = size_class(kSize);
+  std::vector<void*> made;
+  for (int i = 0; i < 4000; ++i) made.push_back(lm_malloc(kSize));
+  uint32_t least = bin_cap(c);
+  std::thread([&] {
+    lm_free(lm_malloc(16));  // the thread has a heap (its first free does not cache)
+    std::vector<void*> own;
+    for (size_t i = 0; i < made.size(); ++i) {
+      lm_free(made[i]);
+      if (i % 16 == 0) own.push_back(lm_malloc(kSize));
+      if (i >= 2 * bin_cap(c)) least = std::min(least, bin_held(c));
+    }
+    for (void* p : own) lm_free(p);
+  }).join();
+  EXPECT_GE(least, bin_cap(c) / 2 - 1) << "an overflow keeps the newer half";
+  lm_thread_collect();
+  EXPECT_EQ(lm_check_invariants(), nullptr);
+}
+
+// A thread that frees its own objects without allocating in between (a
+// program freeing a batch it made) is no consumer: its bin keeps its
+// capacity, and the next batch's mallocs reuse what it holds.
+TEST(ThreadCache, AThreadFreeingItsOwnObjectsKeepsItsBin) {
+  std::thread([] {
+    constexpr size_t kSize = 256;
+    const unsigned c = size_class(kSize);
+    std::vector<void*> v(2000);
+    for (auto& p : v) p = lm_malloc(kSize);
+    for (void* p : v) lm_free(p);
+    EXPECT_GE(bin_capacity(c), bin_cap(c));
+    EXPECT_GE(bin_held(c), bin_cap(c) / 2) << "an overflow leaves the newer half";
+  }).join();
+  lm_thread_collect();
+  EXPECT_EQ(lm_check_invariants(), nullptr);
+}
+
 // One object in flight (p = malloc(n); free(q); q = p) from a cache that
 // holds one object of the class.  A trade of the two stacks keeps the
 // bin's count, and so does the loop: each malloc found the allocation stack
