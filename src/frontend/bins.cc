@@ -75,22 +75,33 @@ void bin_published(Heap* h, unsigned c) {
 }
 
 // Fills bin c's empty allocation stack from the head of span s's
-// allocation list, up to its capacity (not in secure mode: its bins have
+// allocation list, then from its never-used objects by address
+// (span_take_tail), up to its capacity (not in secure mode: its bins have
 // none).  The list's first object ends on top, so objects go out in list
-// order (carve lists them in address order).
+// order, then in address order.
 void bin_refill(Bin& bin, unsigned c, Span* s) {
-  uint32_t want = tl_bin_cap[c];
-  if (!bin.base || !s->free) return;
+  const uint32_t want = tl_bin_cap[c];
+  if (!bin.base) return;
   uint32_t n = 0, steps = 0;
-  Block* b = s->free;
-  while (b && n < want) {
-    bin.base[n++] = b;
-    b = walk_link(s, b, steps);  // validated as it is walked
+  if (Block* b = s->free) {
+    while (b && n < want) {
+      bin.base[n++] = b;
+      b = walk_link(s, b, steps);  // validated as it is walked
+    }
+    s->free = b;
+    span_used_add(s, n);
+    std::reverse(bin.base, bin.base + n);
   }
-  s->free = b;
-  span_used_add(s, n);
-  std::reverse(bin.base, bin.base + n);
-  bin.top = bin.base + n;
+  // At most a carve's worth (kCarveBytes: memory is touched as it is
+  // needed), and not while the owner's frees wait on local_free: those are
+  // reused first (span_collect).
+  uint32_t k = s->local_free ? 0 : std::min({want - n, s->capacity - s->reserved, carve_objects(s)});
+  if (k) {
+    // Below the listed objects: they go out first.
+    if (n) memmove(bin.base + k, bin.base, n * sizeof(Block*));
+    span_take_tail(s, bin.base, k);
+  }
+  bin.top = bin.base + n + k;
 }
 
 // Points this thread's bins, which are empty, at heap h's slots, and
@@ -211,6 +222,7 @@ void bin_event(Heap* h, unsigned c) {
       if (!bin.flimit) continue;
       if (bin_fingerprint(bin) == tl_bin_seen[k] && bin_count(bin, k) != 0) {
         pending |= bin_flush_held(h, k, 0);
+        class_idle(h, k);
         heap_count(h, HeapStat::cache_idle_flushes);
         bin_set_cap(k, kClasses.bin_cap[k]);  // (empty now)
       } else if (misses >= kBinGrowMisses && tl_bin_cap[k] < kClasses.bin_cap_max[k]) {
