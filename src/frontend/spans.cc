@@ -927,8 +927,10 @@ bool return_objects_held(Heap* h, Block* const* v, uint32_t n) {
   for (uint32_t i = 0; i < n;) {
     Span* s = g.backend.span_of(v[i]);
     uint32_t j = i + 1;
+    // Cached objects carry their tags (the free that cached them, or the
+    // refill): only the links are written.
     while (j < n && in_span(s, v[j])) {
-      link_set(v[j - 1], v[j]);
+      link_put(v[j - 1], v[j]);
       ++j;
     }
     pending |= return_run(h, s, v[i], v[j - 1], j - i);
