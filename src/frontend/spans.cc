@@ -288,7 +288,7 @@ void queue_changed(Heap* h, unsigned c) {
 
 // The current span is the one an empty span of the class stays as (the
 // phantom: move_head_ref); once the thread has left the class (its cache
-// unchanged for 256 slow-path events and flushed, bin_event), nothing
+// unchanged for 64 slow-path events and flushed, bin_event), nothing
 // oscillates there, and the span's units serve other classes and heaps
 // instead of staying with it until the collector finds the whole thread
 // quiet (issue #16: batch, whose ~20 classes each kept a current span
@@ -418,7 +418,7 @@ bool span_can_take(const Span* s) { return s->free || s->reserved < s->capacity;
 // Span s, current in its class (its used counts the phantom: move_head_ref),
 // holds no object outside its own lists: none live, none in a cache, none
 // in a remote free, none dormant.  Then it starts over from its first
-// object, as if new (span_restart): a refill takes its objects by address
+// object, as if new: a refill takes its objects by address
 // (span_take_tail) instead of walking the list its flushes linked, and the
 // carve limit the checks test (check_limit) drops back, so a free of an
 // object from before is reported as the double free it is (carved_max).
