@@ -86,12 +86,18 @@ struct alignas(64) Span {
   uint8_t guard;        // large/huge (secure mode): last OS page is PROT_NONE
   uint8_t cached;       // large: freed, in a thread's large cache (frontend/large.cc)
   uint8_t sparse;       // small: a sparse span, in a slot of its own kind (frontend/spans.cc)
+  // Small: the most `reserved` has been since the span was made (capacity
+  // is at most 4096).  A span whose objects all came back starts again
+  // from its first object (span_restart_if_empty, frontend/spans.cc): a
+  // free of an object between `reserved` and this is a double free, not a
+  // pointer never handed out.
+  uint16_t carved_max;
   size_t lead;          // large/huge: the block starts at start + lead
   DiscardChunk* discard;  // large/huge spans of discardable blocks (purge/discard.h), else nullptr
   // Carving and in-span purging (small spans), by the heap's holder; the
   // failure paths of free and realloc read `reserved` and `purged` with
   // relaxed atomic loads.
-  uint32_t reserved;    // objects carved so far (the rest were never touched)
+  uint32_t reserved;    // objects carved so far (the rest not handed out since the span was made or restarted)
   uint32_t dormant;     // free objects left off the lists: first byte in a purged page group
   uint64_t purged[kSpanPurgeBits / 64];  // page groups purged and not revived since
   uint64_t purged_ns;   // platform clock at the last purge; 0 once a revival looked at it

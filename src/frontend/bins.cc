@@ -21,11 +21,15 @@ inline uint32_t bin_count(const Bin& bin, unsigned c) {
   return uint32_t((bin.top - bin.base) + (bin.ftop - tl_bin_fbase[c]));
 }
 
-// Idle bins (bin_event): every kBinGcEvents refills and overflows of a
+// Idle bins (bin_event): every kBinIdleEvents refills and overflows of a
 // thread, a bin that has not changed since the last look (the same stack
-// tops) goes back to its spans, so a thread that moved on to other
-// sizes does not keep the old ones.
-inline constexpr uint32_t kBinGcEvents = 256;
+// tops, and no refill or overflow of its class) goes back to its spans,
+// and its class's empty current span to the backend (class_idle), so a
+// thread that moved on to other sizes keeps neither.  64, not 256 (issue
+// #16: batch, whose ~20 classes each kept a span and a cache between its
+// batches of one size: peak RSS 6.95-7.34 MiB at 256, 6.43-6.65 at 64,
+// glibc's 5.2-5.4).
+inline constexpr uint32_t kBinIdleEvents = 64;
 __attribute__((tls_model("initial-exec"))) thread_local uint64_t tl_bin_seen[kSmallClasses];
 __attribute__((tls_model("initial-exec"))) thread_local uint32_t tl_bin_events;
 // Bytes of each bin last published in the heap's cache_bytes.
@@ -36,12 +40,18 @@ __attribute__((tls_model("initial-exec"))) thread_local uint32_t tl_bin_bytes[kS
 inline bool bin_holds(unsigned c) { return bin_count(tl_bins[c], c) != 0 || tl_bin_bytes[c] != 0; }
 
 // Growing bins (bin_event): a class with at least kBinGrowMisses refills
-// and overflows among kBinGcEvents of the thread's doubles its capacity,
+// and overflows among kBinGrowEvents of the thread's doubles its capacity,
 // up to bin_cap_max (heap.h): a bin too small for the program's swings
 // between mallocs and frees of its class misses over and over (issue #16:
 // random-size and larson missed on one malloc in ten with 16 KiB bins),
 // while a class used now and then never grows.
 inline constexpr uint32_t kBinGrowMisses = 4;
+inline constexpr uint32_t kBinGrowEvents = 256;
+// Whether class c made a refill or overflow since the last look: a bin
+// whose every event is a refill (a phase that only allocates) is back at
+// the same stack top at each look, and is not idle.
+__attribute__((tls_model("initial-exec"))) thread_local bool tl_bin_active[kSmallClasses];
+static_assert(kBinGrowEvents % kBinIdleEvents == 0);
 __attribute__((tls_model("initial-exec"))) thread_local uint8_t tl_bin_misses[kSmallClasses];
 
 // REQUIRES h held, bin c enabled, and at most `cap` objects in each of its
@@ -76,22 +86,33 @@ void bin_published(Heap* h, unsigned c) {
 }
 
 // Fills bin c's empty allocation stack from the head of span s's
-// allocation list, up to its capacity (not in secure mode: its bins have
+// allocation list, then from its never-used objects by address
+// (span_take_tail), up to its capacity (not in secure mode: its bins have
 // none).  The list's first object ends on top, so objects go out in list
-// order (carve lists them in address order).
+// order, then in address order.
 void bin_refill(Bin& bin, unsigned c, Span* s) {
-  uint32_t want = tl_bin_cap[c];
-  if (!bin.base || !s->free) return;
+  const uint32_t want = tl_bin_cap[c];
+  if (!bin.base) return;
   uint32_t n = 0, steps = 0;
-  Block* b = s->free;
-  while (b && n < want) {
-    bin.base[n++] = b;
-    b = walk_link(s, b, steps);  // validated as it is walked
+  if (Block* b = s->free) {
+    while (b && n < want) {
+      bin.base[n++] = b;
+      b = walk_link(s, b, steps);  // validated as it is walked
+    }
+    s->free = b;
+    span_used_add(s, n);
+    std::reverse(bin.base, bin.base + n);
   }
-  s->free = b;
-  span_used_add(s, n);
-  std::reverse(bin.base, bin.base + n);
-  bin.top = bin.base + n;
+  // At most a carve's worth (kCarveBytes: memory is touched as it is
+  // needed), and not while the owner's frees wait on local_free: those are
+  // reused first (span_collect).
+  uint32_t k = s->local_free ? 0 : std::min({want - n, s->capacity - s->reserved, carve_objects(s)});
+  if (k) {
+    // Below the listed objects: they go out first.
+    if (n) memmove(bin.base + k, bin.base, n * sizeof(Block*));
+    span_take_tail(s, bin.base, k);
+  }
+  bin.top = bin.base + n + k;
 }
 
 // Points this thread's bins, which are empty, at heap h's slots, and
@@ -214,27 +235,37 @@ void bin_freeing(Heap* h, unsigned c) {
 
 // Counts a refill or overflow of class c (a miss, unless a consumer's
 // overflow: a bigger bin would only hold its objects longer); every
-// kBinGcEvents, returns the bins that have not changed since the last time
-// (and they go back to their starting capacity), doubles the capacity
-// of those that missed kBinGrowMisses times or more meanwhile, and ages
-// the classes' malloc marks (tl_bin_mallocs).
+// kBinIdleEvents, returns the bins that have not changed since the last
+// time (and they go back to their starting capacity, and their class's
+// empty current span to the backend), and every kBinGrowEvents doubles the
+// capacity of those that missed kBinGrowMisses times or more meanwhile and
+// ages the classes' malloc marks (tl_bin_mallocs).
 void bin_event(Heap* h, unsigned c, bool miss) {
   if (miss && tl_bin_misses[c] < 255) ++tl_bin_misses[c];
-  if (++tl_bin_events % kBinGcEvents != 0) return;
+  tl_bin_active[c] = true;
+  if (++tl_bin_events % kBinIdleEvents != 0) return;
+  const bool grow = tl_bin_events % kBinGrowEvents == 0;
   bool pending = false;
   {
     HeapGuard guard(h);
     for (unsigned k = 0; k < kSmallClasses; ++k) {
       const Bin& bin = tl_bins[k];
       const uint32_t misses = tl_bin_misses[k];
-      tl_bin_misses[k] = 0;
-      if (tl_bin_mallocs[k]) --tl_bin_mallocs[k];
+      if (grow) {
+        tl_bin_misses[k] = 0;
+        if (tl_bin_mallocs[k]) --tl_bin_mallocs[k];
+      }
+      const bool active = tl_bin_active[k];
+      tl_bin_active[k] = false;
       if (!bin.flimit) continue;
-      if (bin_fingerprint(bin) == tl_bin_seen[k] && bin_count(bin, k) != 0) {
-        pending |= bin_flush_held(h, k, 0);
-        heap_count(h, HeapStat::cache_idle_flushes);
-        bin_set_cap(k, kClasses.bin_cap[k]);  // (empty now)
-      } else if (misses >= kBinGrowMisses && tl_bin_cap[k] < kClasses.bin_cap_max[k]) {
+      if (bin_fingerprint(bin) == tl_bin_seen[k] && !active) {
+        if (bin_count(bin, k) != 0) {
+          pending |= bin_flush_held(h, k, 0);
+          heap_count(h, HeapStat::cache_idle_flushes);
+          bin_set_cap(k, kClasses.bin_cap[k]);  // (empty now)
+        }
+        class_idle(h, k);
+      } else if (grow && misses >= kBinGrowMisses && tl_bin_cap[k] < kClasses.bin_cap_max[k]) {
         bin_set_cap(k, std::min<uint32_t>(2u * tl_bin_cap[k], kClasses.bin_cap_max[k]));
       }
       tl_bin_seen[k] = bin_fingerprint(bin);

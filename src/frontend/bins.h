@@ -52,7 +52,7 @@ extern constinit __attribute__((tls_model("initial-exec"))) thread_local uint8_t
 // Whether the thread allocated from each class lately: 2 when a malloc
 // of the class came to alloc_class (every malloc does that once an
 // overflow or a refill's end emptied the allocation stack), one less at
-// each look at the bins (bin_event, every kBinGcEvents refills and
+// each look at the bins that judges growth (bin_event, every kBinGrowEvents refills and
 // overflows of the thread), so 0 after two looks with no such malloc
 // (slow paths only; bin_overflow reads it).
 extern constinit __attribute__((tls_model("initial-exec"))) thread_local uint8_t tl_bin_mallocs[kSmallClasses];

@@ -24,6 +24,11 @@ Block* take_failed(const Block* b) { corrupt_list(b); }
 LM_FAILURE_PATH
 void check_above_limit(const char* fn, const Span* s, size_t i, void* p) {
   if (i >= __atomic_load_n(&s->reserved, __ATOMIC_RELAXED)) {
+    // Below carved_max: handed out before the span started over
+    // (span_restart_if_empty, spans.cc), when every object of it was free.
+    if (i < __atomic_load_n(&s->carved_max, __ATOMIC_RELAXED)) {
+      lm_invalid_pointer(fn, p, "double free (already freed)");
+    }
     lm_invalid_pointer(fn, p, "not allocated (never handed out)");
   }
   // A dormant object is free: its tag may have gone with its page.

@@ -60,15 +60,19 @@ inline void set_free_tag(void* p) {
 // checks and not secure, the key is g_free_key, so the mask equals the tag;
 // secure mode has a key of its own).  A link overwritten after the free
 // then decodes to garbage, which the pops and walks reject (in_span and the
-// tag) instead of following it.  link_set tags too.
+// tag) instead of following it.  link_set tags too; link_put, for objects
+// tagged already (a cache's: return_objects_held), does not.
 inline uintptr_t link_mask(const void* b) {
   return g_link_key ? g_link_key ^ reinterpret_cast<uintptr_t>(b) : 0;
 }
 inline Block* link_get(const Block* b) {
   return reinterpret_cast<Block*>(reinterpret_cast<uintptr_t>(b->next) ^ link_mask(b));
 }
-inline void link_set(Block* b, Block* next) {
+inline void link_put(Block* b, Block* next) {
   b->next = reinterpret_cast<Block*>(reinterpret_cast<uintptr_t>(next) ^ link_mask(b));
+}
+inline void link_set(Block* b, Block* next) {
+  link_put(b, next);
   set_free_tag(b);
 }
 

@@ -196,6 +196,21 @@ inline constexpr uint32_t kMaxLinkBatch = 16384 / 16;
 // Lists objects first..first+n-1 (n <= kMaxLinkBatch) of span s (tagged; in a random order in
 // secure mode) onto its allocation list.  REQUIRES the heap held.
 void link_objects(Span* s, uint32_t first, uint32_t n);
+// Never-used objects are touched a carve's worth at a time (kCarveBytes,
+// at least one object): a refill takes at most that many from a span's
+// tail (bin_refill), secure mode's carve lists as many (spans.cc).
+inline constexpr uint32_t kCarveBytes = 16384;
+inline uint32_t carve_objects(const Span* s) { return s->obj_size >= kCarveBytes ? 1 : kCarveBytes / s->obj_size; }
+// Takes n never-used objects of span s (from `reserved` on) by address: no
+// link is written or read.  out[n - 1] is the lowest, so a stack filled
+// from out pops them in address order; each is tagged free; `used` and the
+// carve limit move past them.  REQUIRES the heap held, n <= capacity -
+// reserved.
+void span_take_tail(Span* s, Block** out, uint32_t n);
+// Heap h's thread stopped using class c (its cache went back idle,
+// bin_event): the class's current span goes back to the backend if it is
+// empty.  REQUIRES h held.
+void class_idle(Heap* h, unsigned c);
 
 // ---- free pages inside spans (span_purge.cc)
 

@@ -5,6 +5,7 @@
 // spans (docs/design.md, "Frontend").
 #include <errno.h>
 
+#include <algorithm>
 #include <atomic>
 
 #include "frontend/internal.h"
@@ -283,6 +284,25 @@ void queue_changed(Heap* h, unsigned c) {
   move_head_ref(h, c, head);
 }
 
+}  // namespace
+
+// The current span is the one an empty span of the class stays as (the
+// phantom: move_head_ref); once the thread has left the class (its cache
+// unchanged for 64 slow-path events and flushed, bin_event), nothing
+// oscillates there, and the span's units serve other classes and heaps
+// instead of staying with it until the collector finds the whole thread
+// quiet (issue #16: batch, whose ~20 classes each kept a current span
+// touched whole, 1.3 MiB, against glibc's one heap for all sizes).
+void class_idle(Heap* h, unsigned c) {
+  Span* s = h->head_ref[c];
+  if (!s || s->used != 1) return;
+  move_head_ref(h, c, nullptr);
+  queue_changed(h, c);
+  if (h->head_ref[c] != s) h->stats.inc(HeapStat::idle_class_spans_released);
+}
+
+namespace {
+
 // Sets the xfree state bits from `from` to `to`, keeping the list.
 bool xfree_transition(Span* s, uintptr_t from, uintptr_t to) {
   uintptr_t old = s->xfree.load(std::memory_order_relaxed);
@@ -345,23 +365,43 @@ void link_objects(Span* s, uint32_t first, uint32_t n) {
 }
 
 namespace {
-
-// Carves never-used objects from the span's tail, a few pages at a time so
-// memory is touched only as it is needed.
-void carve(Span* s) {
-  uint32_t left = s->capacity - s->reserved;
-  uint32_t n = uint32_t(16384 / s->obj_size);
-  if (n < 1) n = 1;
-  if (n > left) n = left;
-  link_objects(s, s->reserved, n);
-  // Atomic: the failure paths of other threads' frees read it.
+// Objects reserved..reserved+n-1 of span s were handed out, cached or
+// listed: the carve limit moves past them (atomic: the failure paths of
+// other threads' frees read it).
+void span_reserved_add(Span* s, uint32_t n) {
   __atomic_store_n(&s->reserved, s->reserved + n, __ATOMIC_RELAXED);
   span_set_check_limit(s);
 }
+}  // namespace
 
-// Refills the allocation list from every source: its own lists, remote
-// frees, purged pages (revived one group at a time: the page's refault),
-// then never-used objects.  REQUIRES the heap held (HeapGuard).
+void span_take_tail(Span* s, Block** out, uint32_t n) {
+  char* p = s->start + size_t(s->reserved) * s->obj_size;
+  const size_t size = s->obj_size;
+  for (uint32_t i = n; i-- > 0; p += size) {
+    set_free_tag(p);
+    out[i] = reinterpret_cast<Block*>(p);
+  }
+  span_used_add(s, n);
+  span_reserved_add(s, n);
+}
+
+namespace {
+
+// Carves never-used objects from the span's tail onto its allocation list,
+// a few pages at a time so memory is touched only as it is needed: secure
+// mode only, whose carves are shuffled (link_objects); elsewhere refills
+// take never-used objects by address (span_take_tail).
+void carve(Span* s) {
+  const uint32_t n = std::min(carve_objects(s), s->capacity - s->reserved);
+  link_objects(s, s->reserved, n);
+  span_reserved_add(s, n);
+}
+
+// Refills the allocation list from its own lists, remote frees and purged
+// pages (revived one group at a time: the page's refault); in secure mode
+// then from never-used objects (carve).  A span with an uncarved tail has
+// something to take either way (span_can_take).  REQUIRES the heap held
+// (HeapGuard).
 void span_collect(Span* s) {
   if (!s->free && s->local_free) {
     s->free = s->local_free;
@@ -369,7 +409,27 @@ void span_collect(Span* s) {
   }
   if (!s->free) collect_remote(s);
   while (!s->free && span_has_purged(s)) span_revive(s);
-  if (!s->free && s->reserved < s->capacity) carve(s);
+  if (g_secure && !s->free && s->reserved < s->capacity) carve(s);
+}
+
+// Span s has an object to hand out: listed, or never used (span_take_tail).
+bool span_can_take(const Span* s) { return s->free || s->reserved < s->capacity; }
+
+// Span s, current in its class (its used counts the phantom: move_head_ref),
+// holds no object outside its own lists: none live, none in a cache, none
+// in a remote free, none dormant.  Then it starts over from its first
+// object, as if new: a refill takes its objects by address
+// (span_take_tail) instead of walking the list its flushes linked, and the
+// carve limit the checks test (check_limit) drops back, so a free of an
+// object from before is reported as the double free it is (carved_max).
+// Not in secure mode, whose carves are shuffled.  REQUIRES the heap held.
+void span_restart_if_empty(Span* s) {
+  if (g_secure || s->used != 1 || s->reserved == 0 || span_has_purged(s)) return;
+  s->free = s->local_free = nullptr;
+  if (s->reserved > s->carved_max) __atomic_store_n(&s->carved_max, uint16_t(s->reserved), __ATOMIC_RELAXED);
+  __atomic_store_n(&s->reserved, 0u, __ATOMIC_RELAXED);
+  span_set_check_limit(s);
+  s->heap->stats.inc(HeapStat::span_restarts);
 }
 
 // A span of heap h's queues that came off its delayed stack: a remote free
@@ -436,6 +496,7 @@ Span* span_new(Heap* h, unsigned c) {
   s->div_magic = kClasses.magic[c];
   s->capacity = uint32_t(s->bytes / s->obj_size);
   s->reserved = 0;
+  s->carved_max = 0;
   span_purge_init(s);
   __atomic_store_n(&s->used, 0u, __ATOMIC_RELAXED);
   s->free = s->local_free = nullptr;
@@ -567,7 +628,7 @@ Span* queue_find(Heap* h, SpanQueue& q) {
   Span* s = q.head;
   while (s) {
     span_collect(s);
-    if (s->free) break;
+    if (span_can_take(s)) break;
     Span* next = s->next;
     // Nothing left: park it on the full list, asking remote frees to notify.
     // Only with no remote free pending (xfree exactly empty and normal);
@@ -746,7 +807,15 @@ Block* refill(Heap* h, unsigned c, Bin& bin) {
     queue_push_front(q, s);
   }
   queue_changed(h, c);
-  Block* b = take(s, s->free);
+  span_restart_if_empty(s);
+  Block* b;
+  if (s->free) {
+    b = take(s, s->free);
+  } else {
+    // Never used: untagged as take leaves what it hands out.
+    span_take_tail(s, &b, 1);
+    if constexpr (kChecks) tag_word(b) = 0;
+  }
   bin_refill(bin, c, s);
   h->stats.inc(HeapStat::span_taken_bytes, uint64_t(1 + (bin.top - bin.base)) * s->obj_size);
   if (span_has_purged(s)) {
@@ -859,8 +928,10 @@ bool return_objects_held(Heap* h, Block* const* v, uint32_t n) {
   for (uint32_t i = 0; i < n;) {
     Span* s = g.backend.span_of(v[i]);
     uint32_t j = i + 1;
+    // Cached objects carry their tags (the free that cached them, or the
+    // refill): only the links are written.
     while (j < n && in_span(s, v[j])) {
-      link_set(v[j - 1], v[j]);
+      link_put(v[j - 1], v[j]);
       ++j;
     }
     pending |= return_run(h, s, v[i], v[j - 1], j - i);

@@ -416,6 +416,86 @@ TEST(ThreadCache, AThreadFreeingItsOwnObjectsKeepsItsBin) {
   EXPECT_EQ(lm_check_invariants(), nullptr);
 }
 
+// Batches of one size allocated and then freed together (issue #16,
+// lazybench's batch): once every object of the class's current span has
+// come back (the cache flushed: only the phantom object of the current
+// span is left in `used`), the next refill starts the span over from its
+// first object and takes objects by address, in address order, not from
+// the list the flushes linked (span_restart_if_empty, span_take_tail).  A
+// free of an object of the old round is still a double free.
+TEST(Batches, ASpanWhoseObjectsAllCameBackStartsOverFromItsFirstObject) {
+  std::thread([] {
+    constexpr size_t kSize = 720;  // 91 a span: 80 objects fill part of one
+    std::vector<char*> v(80);
+    for (auto& p : v) p = static_cast<char*>(lm_malloc(kSize));
+    Span* s = detail::g.backend.span_of(v[0]);
+    ASSERT_EQ(detail::g.backend.span_of(v.back()), s) << "one span";
+    const size_t size = s->obj_size;
+    for (char* p : v) lm_free(p);
+    detail::bins_return_all(detail::tl_heap, false);  // the cache back to the span
+    ASSERT_EQ(s->used, 1u) << "only the current span's phantom";
+    const uint64_t restarts0 = stat("span_restarts");
+    char* first = static_cast<char*>(lm_malloc(kSize));
+    EXPECT_EQ(first, s->start) << "the span's first object";
+    EXPECT_EQ(stat("span_restarts") - restarts0, 1u);
+#if LAZYMALLOC_CHECKS
+    // Beyond the new carve limit, handed out and freed before the restart.
+    char* old = s->start + 70 * size;
+    ASSERT_GE(70u, s->reserved);
+    EXPECT_DEATH(lm_free(old), "lazymalloc: free\\(\\): invalid pointer 0x[0-9a-f]+: double free");
+#endif
+    std::vector<char*> w{first};
+    for (int i = 1; i < 40; ++i) w.push_back(static_cast<char*>(lm_malloc(kSize)));
+    for (size_t i = 1; i < w.size(); ++i) EXPECT_EQ(w[i], w[i - 1] + size) << i;
+    for (char* p : w) lm_free(p);
+  }).join();
+  EXPECT_EQ(lm_check_invariants(), nullptr);
+}
+
+// A class the thread stopped using gives back its cache and then its
+// current span, once empty, instead of keeping it until the whole thread
+// is quiet for the collector (class_idle): batch's 20 classes each held a
+// span between their batches.
+TEST(Batches, AnIdleClassGivesItsEmptyCurrentSpanBack) {
+  std::thread([] {
+    constexpr size_t kSize = 720;
+    const unsigned c = size_class(kSize);
+    std::vector<void*> v(80);
+    for (auto& p : v) p = lm_malloc(kSize);
+    Span* s = detail::g.backend.span_of(v[0]);
+    for (void* p : v) lm_free(p);
+    ASSERT_EQ(detail::tl_heap->head_ref[c], s);
+    const uint64_t released0 = stat("idle_class_spans_released");
+    std::vector<void*> b;  // other sizes: hundreds of refills and overflows of 48 bytes
+    for (int round = 0; round < 4; ++round) {
+      for (int i = 0; i < 20000; ++i) b.push_back(lm_malloc(48));
+      for (void* p : b) lm_free(p);
+      b.clear();
+    }
+    EXPECT_NE(detail::tl_heap->head_ref[c], s);
+    for (Span* q = detail::tl_heap->queue[c].head; q; q = q->next) EXPECT_NE(q, s) << "still queued";
+    EXPECT_GE(stat("idle_class_spans_released") - released0, 1u);
+  }).join();
+  EXPECT_EQ(lm_check_invariants(), nullptr);
+}
+
+// A phase that only allocates (every slow-path event of its class a
+// refill) leaves the bin at the same stack top at each look at the bins;
+// it is busy, not idle, and its cache is not flushed (nor its capacity put
+// back) under it.
+TEST(ThreadCache, AClassThatOnlyAllocatesIsNotIdle) {
+  std::thread([] {
+    const uint64_t idle0 = stat("cache_idle_flushes");
+    const uint64_t refills0 = stat("span_refills");
+    std::vector<void*> v(20000);
+    for (auto& p : v) p = lm_malloc(1000);
+    EXPECT_GE(stat("span_refills") - refills0, 600u) << "several looks at the bins";
+    EXPECT_EQ(stat("cache_idle_flushes"), idle0);
+    for (void* p : v) lm_free(p);
+  }).join();
+  EXPECT_EQ(lm_check_invariants(), nullptr);
+}
+
 // One object in flight (p = malloc(n); free(q); q = p) from a cache that
 // holds one object of the class.  A trade of the two stacks keeps the
 // bin's count, and so does the loop: each malloc found the allocation stack
