@@ -238,6 +238,7 @@ void span_release(Heap* h, Span* s) {
 
 // Every kept span of heap h goes to the backend (collections, thread exit).
 void kept_release_all(Heap* h) {
+  if (h->kept_bytes == 0) return;  // none kept (span_keep counts each one's bytes)
   for (unsigned c = 0; c < kSmallClasses; ++c) {
     while (Span* s = h->kept[c]) {
       h->kept[c] = s->next;
@@ -768,12 +769,17 @@ LM_NOINLINE void* alloc_refill(Heap* h, unsigned c) {
     // stack's top entry (bins_take_idle): they go back to the start of
     // their slots, and that entry out, before a refill fills the stack.
     if (h->bins_taken) bins_to_start(h);
+    // The class's first slow path in this thread sets its bin up.
+    if (LM_UNLIKELY(!bin.flimit)) bin_enable(h, c);
     if (bin.top != bin.base || bins_trade(c)) return bin_pop(bin);
     b = refill(h, c, bin);
     if (b) {
       // A free stack too short to trade (trade_min) hands out its object
       // first: what a program freed last comes back next, as after a trade.
-      if (bin.ftop != tl_bin_fbase[c]) b = bin_swap_free_top(bin, b);
+      // A warming bin (which never trades) keeps the rest of its free
+      // stack too, above the refill (bin_absorb_free): the bin's count
+      // grows by the refill.
+      if (bin.ftop != tl_bin_fbase[c]) b = bin_warming(c) ? bin_absorb_free(bin, c, b) : bin_swap_free_top(bin, b);
       // Held: a collector's take writes what the thread published.
       bin_published(h, c);
     }
@@ -815,6 +821,7 @@ void heap_collect(Heap* h) {
   process_delayed(h);
   for (unsigned c = 0; c < kSmallClasses; ++c) {
     SpanQueue& q = h->queue[c];
+    if (!q.head && !h->head_ref[c]) continue;  // (most classes of a short thread's heap)
     // Releases the current span if it is empty; queue_changed gives the
     // reference back to the new head.
     move_head_ref(h, c, nullptr);
