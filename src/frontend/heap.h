@@ -181,6 +181,10 @@ struct Heap {
   // of its objects but empties no span go back.
   uint64_t returned_bytes = 0;
   SpanQueue queue[kSmallClasses] = {};
+  // The classes whose queue may hold spans (REQUIRES busy or claimed; a
+  // superset: set by queue_changed, cleared by heap_collect once empty),
+  // so that collecting a short thread's heap walks only its classes.
+  uint64_t queued_classes = 0;
   Span* head_ref[kSmallClasses] = {};  // holds a phantom object (queue_changed)
   // Sparse spans (spans.cc, span_keep): empty ones kept with their class
   // (linked by `next`, at most kKeptSpans a class, and at most

@@ -281,6 +281,7 @@ void move_head_ref(Heap* h, unsigned c, Span* to) {
 // After class c's queue changed: moves the head reference.
 void queue_changed(Heap* h, unsigned c) {
   Span* head = h->queue[c].head;
+  if (head) h->queued_classes |= uint64_t(1) << c;
   move_head_ref(h, c, head);
 }
 
@@ -819,9 +820,11 @@ LM_NOINLINE void* alloc_class(Heap* h, unsigned c) {
 void heap_collect(Heap* h) {
   large_cache_drain(h);
   process_delayed(h);
-  for (unsigned c = 0; c < kSmallClasses; ++c) {
+  // Only the classes whose queues may hold spans (most of a short thread's
+  // heap's classes have none).
+  for (uint64_t on = h->queued_classes; on; on &= on - 1) {
+    const unsigned c = unsigned(__builtin_ctzll(on));
     SpanQueue& q = h->queue[c];
-    if (!q.head && !h->head_ref[c]) continue;  // (most classes of a short thread's heap)
     // Releases the current span if it is empty; queue_changed gives the
     // reference back to the new head.
     move_head_ref(h, c, nullptr);
@@ -835,6 +838,7 @@ void heap_collect(Heap* h) {
       s = next;
     }
     queue_changed(h, c);
+    if (!q.head) h->queued_classes &= ~(uint64_t(1) << c);
   }
   kept_release_all(h);
 }
