@@ -114,6 +114,24 @@ void bin_refill(Bin& bin, unsigned c, Span* s) {
   bin.top = bin.base + n;
 }
 
+// Out of line: a refill's walk (bin_refill, inlined into alloc_refill) kept
+// its registers (batch: one instruction per object more with it inline).
+Block* bin_absorb_free(Bin& bin, unsigned c, Block* b) {
+  Block** fbase = tl_bin_fbase[c];
+  const size_t k = size_t(bin.ftop - fbase);
+  Block* hot = fbase[k - 1];
+  set_free_tag(b);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  Block** t = bin.top;
+  t[0] = b;
+  for (size_t i = 0; i + 1 < k; ++i) t[1 + i] = fbase[i];
+  bin.top = t + k;
+  bin.ftop = fbase;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  if constexpr (kChecks) tag_word(hot) = 0;
+  return hot;
+}
+
 // This thread's bins, all disabled, will be set up in heap h's slots, one
 // class at a time (bin_enable); the heap learns where they are
 // (bins_take_idle).  Setting up all 52 at once, and disabling them all at
@@ -224,17 +242,15 @@ void bin_flush(Heap* h, unsigned c, uint32_t keep) {
   if (pending) heap_work_arrived();
 }
 
-// Counts a refill or overflow of class c: a warming bin (below bin_cap)
-// doubles its capacity now, another counts a miss.  Every kBinGcEvents,
-// returns the bins that have not changed since the last time (and a bin
-// grown past bin_cap goes back to it), and doubles the capacity of those
-// that missed kBinGrowMisses times or more meanwhile.
+void bin_warm(unsigned c) { bin_grow(c, kClasses.bin_cap[c]); }
+
+// Counts a refill or overflow of class c (a warming bin doubled at the
+// miss itself: bin_warm).  Every kBinGcEvents, returns the bins that have
+// not changed since the last time (and a bin grown past bin_cap goes back
+// to it), and doubles the capacity of those that missed kBinGrowMisses
+// times or more meanwhile.
 void bin_event(Heap* h, unsigned c) {
-  if (bin_warming(c)) {
-    if (tl_bins[c].flimit) bin_grow(c, kClasses.bin_cap[c]);
-  } else if (tl_bin_misses[c] < 255) {
-    ++tl_bin_misses[c];
-  }
+  if (tl_bin_misses[c] < 255) ++tl_bin_misses[c];
   if (++tl_bin_events % kBinGcEvents != 0) return;
   bool pending = false;
   {
@@ -445,22 +461,27 @@ LM_NOINLINE void bin_overflow(Span* s, void* p) {
   Heap* h = heap_on_demand(tl_heap);
   const unsigned c = s->cls;
   Bin& bin = tl_bins[c];
-  if (LM_UNLIKELY(!bin.flimit) && had_heap) {
-    HeapGuard guard(h);
-    bin_enable(h, c);  // (not in secure mode, nor for uncached classes)
-  }
   if (!bin.flimit || !had_heap) {
-    if (g_secure) {
-      secure_free(h, s, p);
-    } else {
-      return_object(h, s, p);
+    bool cached = false;
+    if (had_heap) {
+      HeapGuard guard(h);
+      cached = bin_enable(h, c);  // (not in secure mode, nor for uncached classes)
     }
-    return;
+    if (!cached) {
+      if (g_secure) {
+        secure_free(h, s, p);
+      } else {
+        return_object(h, s, p);
+      }
+      return;
+    }
   }
   if (bin.ftop == bin.flimit) {
-    if (bin_warming(c)) {
-      // A warming bin keeps what it was freed: the event doubles it.
+    if (LM_UNLIKELY(bin_warming(c))) {
+      // A warming bin keeps what it was freed: its free stack's limit
+      // moves up.
       HeapGuard guard(h);
+      bin_warm(c);
       bin_published(h, c);
     } else {
       bin_flush(h, c, tl_bin_cap[c] / 2);

@@ -240,6 +240,9 @@ inline Block* bin_swap_free_top(Bin& bin, Block* b) {
 
 // Bin c warms: its capacity is below bin_cap(c) (heap.h, bins.cc: bin_set_cap).
 inline bool bin_warming(unsigned c) { return tl_bin_cap[c] < kClasses.bin_cap[c]; }
+// REQUIRES bin c set up and warming (this thread only): a miss (a refill
+// or an overflow) doubles its capacity, up to bin_cap(c).
+void bin_warm(unsigned c);
 
 // REQUIRES the thread's heap held, bin c warming and just refilled, its
 // free stack not empty, and b an object just taken from a span (untagged).
@@ -249,21 +252,7 @@ inline bool bin_warming(unsigned c) { return tl_bin_cap[c] < kClasses.bin_cap[c]
 // warming bin does not trade (a trade keeps the bin's count, and one
 // object in flight would trade a bin of a few objects for ever); it keeps
 // what it was freed all the same, and what was freed last comes back first.
-inline Block* bin_absorb_free(Bin& bin, unsigned c, Block* b) {
-  Block** fbase = tl_bin_fbase[c];
-  const size_t k = size_t(bin.ftop - fbase);
-  Block* hot = fbase[k - 1];
-  set_free_tag(b);
-  std::atomic_signal_fence(std::memory_order_seq_cst);
-  Block** t = bin.top;
-  t[0] = b;
-  for (size_t i = 0; i + 1 < k; ++i) t[1 + i] = fbase[i];
-  bin.top = t + k;
-  bin.ftop = fbase;
-  std::atomic_signal_fence(std::memory_order_seq_cst);
-  if constexpr (kChecks) tag_word(hot) = 0;
-  return hot;
-}
+LM_NOINLINE Block* bin_absorb_free(Bin& bin, unsigned c, Block* b);
 
 void bin_refill(Bin& bin, unsigned c, Span* s);
 void bin_flush(Heap* h, unsigned c, uint32_t keep);
