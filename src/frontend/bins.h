@@ -19,7 +19,7 @@ namespace lazymalloc::detail {
 
 // A thread's cache of free objects of one size class (heap.h): two stacks
 // of their addresses, in the thread's heap (Heap::bin_slots), each of at
-// most bin_cap(c) entries.  malloc pops from the allocation stack
+// most the bin's capacity (tl_bin_cap) entries.  malloc pops from the allocation stack
 // [base, top) while top > base (bin_ready); free pushes onto the free stack
 // [fbase, ftop), full at flimit; when the allocation stack runs dry the two
 // trade places (bins_trade), or, if the free stack holds fewer than

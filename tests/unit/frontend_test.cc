@@ -301,7 +301,7 @@ uint32_t bin_capacity(unsigned c) {
 // of 16 objects serve with an overflow every 8 frees and a refill every
 // 16 mallocs) grows its bin, doubling up to bin_cap_max (64 objects), and
 // misses less; once the thread moves on to other sizes, the idle bin goes
-// back to its spans and to its starting capacity.
+// back to its spans and to bin_cap (16 objects).
 TEST(ThreadCache, ABusyClassGrowsItsBinAndAnIdleOneShrinksBack) {
   std::thread([] {
     constexpr size_t kSize = 1000;
