@@ -14,6 +14,7 @@ constinit __attribute__((tls_model("initial-exec"))) thread_local Bin tl_bins[kS
 constinit __attribute__((tls_model("initial-exec"))) thread_local Block** tl_bin_fbase[kSmallClasses] = {};
 constinit __attribute__((tls_model("initial-exec"))) thread_local uint8_t tl_bin_cap[kSmallClasses] = {};
 constinit __attribute__((tls_model("initial-exec"))) thread_local uint8_t tl_bin_mallocs[kSmallClasses] = {};
+constinit __attribute__((tls_model("initial-exec"))) thread_local TradeMins tl_bin_trade_min = no_trades();
 
 namespace {
 
@@ -39,12 +40,18 @@ __attribute__((tls_model("initial-exec"))) thread_local uint32_t tl_bin_bytes[kS
 // published as empty has not.
 inline bool bin_holds(unsigned c) { return bin_count(tl_bins[c], c) != 0 || tl_bin_bytes[c] != 0; }
 
-// Growing bins (bin_event): a class with at least kBinGrowMisses refills
-// and overflows among kBinGrowEvents of the thread's doubles its capacity,
-// up to bin_cap_max (heap.h): a bin too small for the program's swings
-// between mallocs and frees of its class misses over and over (issue #16:
-// random-size and larson missed on one malloc in ten with 16 KiB bins),
-// while a class used now and then never grows.
+// Growing bins (bin_event, bin_grow): a bin starts at bin_cap_first (4
+// objects) and doubles at every miss (refill or overflow) of its class up
+// to bin_cap (16 KiB of objects: it "warms"), so that a thread that uses a
+// class a little takes and gives back a little (issue #16: a short thread's
+// first refill took 128 objects of 128 B, and its exit returned them,
+// about 4k of the 7k instructions it cost in the allocator).  From there a
+// class with at least kBinGrowMisses refills and overflows among
+// kBinGrowEvents of the thread's doubles its capacity, up to bin_cap_max
+// (heap.h): a bin too small for the program's swings between mallocs and
+// frees of its class misses over and over (random-size and larson missed
+// on one malloc in ten with 16 KiB bins), while a class used now and then
+// grows no further.
 inline constexpr uint32_t kBinGrowMisses = 4;
 inline constexpr uint32_t kBinGrowEvents = 256;
 // Whether class c made a refill or overflow since the last look: a bin
@@ -53,15 +60,29 @@ inline constexpr uint32_t kBinGrowEvents = 256;
 __attribute__((tls_model("initial-exec"))) thread_local bool tl_bin_active[kSmallClasses];
 static_assert(kBinGrowEvents % kBinIdleEvents == 0);
 __attribute__((tls_model("initial-exec"))) thread_local uint8_t tl_bin_misses[kSmallClasses];
+// The classes whose bins are set up (bin_enable), for thread exit.
+__attribute__((tls_model("initial-exec"))) thread_local uint64_t tl_bins_on;
+static_assert(kSmallClasses <= 64);
 
-// REQUIRES h held, bin c enabled, and at most `cap` objects in each of its
-// stacks.  Bin c's capacity becomes `cap`: its free stack's limit moves
+// REQUIRES bin c enabled, and at most `cap` objects in each of its stacks
+// (this thread only: no collector reads or writes flimit or the
+// capacity).  Bin c's capacity becomes `cap`: its free stack's limit moves
 // (flimit lies the capacity above the start of its half, which a
-// collector's take does not move).
+// collector's take does not move).  Below bin_cap the bin warms: a dry
+// allocation stack is refilled, never traded for the free stack, so that
+// the bin's count grows with the refills (a trade keeps it, and a program
+// with one object in flight would otherwise trade a bin of 4 objects for
+// ever).
 void bin_set_cap(unsigned c, uint32_t cap) {
   Bin& bin = tl_bins[c];
   bin.flimit = bin.flimit - tl_bin_cap[c] + cap;
   tl_bin_cap[c] = uint8_t(cap);
+  tl_bin_trade_min.m[c] = bin_warming(c) ? kNoTrade : kClasses.trade_min[c];
+}
+
+// REQUIRES bin c enabled.  Doubles bin c's capacity, up to `limit`.
+void bin_grow(unsigned c, uint32_t limit) {
+  bin_set_cap(c, std::min<uint32_t>(2u * tl_bin_cap[c], limit));
 }
 
 inline uint64_t bin_fingerprint(const Bin& b) {
@@ -115,26 +136,53 @@ void bin_refill(Bin& bin, unsigned c, Span* s) {
   bin.top = bin.base + n + k;
 }
 
-// Points this thread's bins, which are empty, at heap h's slots, and
-// tells the heap where they are (bins_take_idle).
-void bins_enable(Heap* h) {
+// Out of line: a refill's walk (bin_refill, inlined into alloc_refill) kept
+// its registers (batch: one instruction per object more with it inline).
+Block* bin_absorb_free(Bin& bin, unsigned c, Block* b) {
+  Block** fbase = tl_bin_fbase[c];
+  const size_t k = size_t(bin.ftop - fbase);
+  Block* hot = fbase[k - 1];
+  set_free_tag(b);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  Block** t = bin.top;
+  t[0] = b;
+  for (size_t i = 0; i + 1 < k; ++i) t[1 + i] = fbase[i];
+  bin.top = t + k;
+  bin.ftop = fbase;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  if constexpr (kChecks) tag_word(hot) = 0;
+  return hot;
+}
+
+// This thread's bins, all disabled, will be set up in heap h's slots, one
+// class at a time (bin_enable); the heap learns where they are
+// (bins_take_idle).  Setting up all 52 at once, and disabling them all at
+// exit, cost a short thread about 2.5k instructions (issue #16, mleak).
+void bins_attach(Heap* h) {
   HeapGuard guard(h);
-  for (unsigned c = 0; c < kSmallClasses; ++c) {
-    Bin& bin = tl_bins[c];
-    uint32_t cap = kClasses.bin_cap[c];
-    if (!cap) continue;
-    Block** a = h->bin_slots + kClasses.bin_offset[c];
-    Block** f = a + kClasses.bin_cap_max[c];
-    bin.top = bin.base = a;
-    bin.ftop = tl_bin_fbase[c] = f;
-    bin.flimit = f + cap;
-    tl_bin_cap[c] = uint8_t(cap);
-    tl_bin_misses[c] = 0;
-  }
+  tl_bins_on = 0;
   h->thread_bins = tl_bins;
   h->thread_fbase = tl_bin_fbase;
   h->thread_bin_bytes = tl_bin_bytes;
   h->bins_taken = false;
+}
+
+bool bin_enable(Heap* h, unsigned c) {
+  Bin& bin = tl_bins[c];
+  if (LM_LIKELY(bin.flimit)) return true;
+  const uint32_t cap = kClasses.bin_cap_first[c];
+  if (!cap || h->thread_bins != tl_bins) return false;
+  Block** a = h->bin_slots + kClasses.bin_offset[c];
+  Block** f = a + kClasses.bin_cap_max[c];
+  bin.top = bin.base = a;
+  bin.ftop = tl_bin_fbase[c] = f;
+  bin.flimit = f;
+  tl_bin_cap[c] = 0;
+  bin_set_cap(c, cap);
+  tl_bin_misses[c] = 0;
+  tl_bin_seen[c] = 0;
+  tl_bins_on |= uint64_t(1) << c;
+  return true;
 }
 
 // REQUIRES h held.  The bins' stacks moved down to the start of their
@@ -233,13 +281,17 @@ void bin_freeing(Heap* h, unsigned c) {
   if (pending) heap_work_arrived();
 }
 
+void bin_warm(unsigned c) { bin_grow(c, kClasses.bin_cap[c]); }
+
 // Counts a refill or overflow of class c (a miss, unless a consumer's
-// overflow: a bigger bin would only hold its objects longer); every
-// kBinIdleEvents, returns the bins that have not changed since the last
-// time (and they go back to their starting capacity, and their class's
-// empty current span to the backend), and every kBinGrowEvents doubles the
-// capacity of those that missed kBinGrowMisses times or more meanwhile and
-// ages the classes' malloc marks (tl_bin_mallocs).
+// overflow: a bigger bin would only hold its objects longer, or a warming
+// bin's, doubled at the miss itself: bin_warm; so growth past bin_cap
+// counts only the misses of a bin at bin_cap or above).  Every kBinIdleEvents, returns
+// the bins that have not changed since the last time (and a bin grown past
+// bin_cap goes back to it, and their class's empty current span to the
+// backend), and every kBinGrowEvents doubles the capacity of those that
+// missed kBinGrowMisses times or more meanwhile and ages the classes'
+// malloc marks (tl_bin_mallocs).
 void bin_event(Heap* h, unsigned c, bool miss) {
   if (miss && tl_bin_misses[c] < 255) ++tl_bin_misses[c];
   tl_bin_active[c] = true;
@@ -262,11 +314,11 @@ void bin_event(Heap* h, unsigned c, bool miss) {
         if (bin_count(bin, k) != 0) {
           pending |= bin_flush_held(h, k, 0);
           heap_count(h, HeapStat::cache_idle_flushes);
-          bin_set_cap(k, kClasses.bin_cap[k]);  // (empty now)
+          bin_set_cap(k, std::min<uint32_t>(tl_bin_cap[k], kClasses.bin_cap[k]));  // (empty now)
         }
         class_idle(h, k);
       } else if (grow && misses >= kBinGrowMisses && tl_bin_cap[k] < kClasses.bin_cap_max[k]) {
-        bin_set_cap(k, std::min<uint32_t>(2u * tl_bin_cap[k], kClasses.bin_cap_max[k]));
+        bin_grow(k, kClasses.bin_cap_max[k]);
       }
       tl_bin_seen[k] = bin_fingerprint(bin);
     }
@@ -290,6 +342,7 @@ static inline bool bin_disable_held(Heap* h, unsigned c) {
   Block** const fbase = tl_bin_fbase[c];
   tl_bins[c] = Bin{};
   tl_bin_fbase[c] = nullptr;
+  tl_bin_trade_min.m[c] = kNoTrade;
   return holds && bin_return_disabled(h, c, bin, fbase);
 }
 
@@ -321,13 +374,16 @@ void bins_return_all(Heap* h, bool exiting) {
   {
     HeapGuard guard(h);
     if (!exiting && h->bins_taken) bins_to_start(h);
-    for (unsigned c = 0; c < kSmallClasses; ++c) {
+    // Only the bins set up can hold anything (bin_enable).
+    for (uint64_t on = tl_bins_on; on; on &= on - 1) {
+      const unsigned c = unsigned(__builtin_ctzll(on));
       if (exiting) {
         pending |= bin_disable_held(h, c);
       } else if (bin_holds(c)) {
         pending |= bin_flush_held(h, c, 0);
       }
     }
+    if (exiting) tl_bins_on = 0;
     if (exiting && h != &g_empty_heap) {
       h->thread_bins = nullptr;
       h->thread_fbase = nullptr;
@@ -459,25 +515,43 @@ LM_NOINLINE void bin_overflow(Span* s, void* p) {
   const unsigned c = s->cls;
   Bin& bin = tl_bins[c];
   if (!bin.flimit || !had_heap) {
-    if (g_secure) {
-      secure_free(h, s, p);
-    } else {
-      return_object(h, s, p);
+    bool cached = false;
+    if (had_heap) {
+      HeapGuard guard(h);
+      cached = bin_enable(h, c);  // (not in secure mode, nor for uncached classes)
     }
-    return;
+    if (!cached) {
+      if (g_secure) {
+        secure_free(h, s, p);
+      } else {
+        return_object(h, s, p);
+      }
+      return;
+    }
   }
   if (bin.ftop == bin.flimit) {
-    // No malloc of the class for two looks at the bins (tl_bin_mallocs),
-    // and the object is another heap's: a consumer of the class, whose
-    // whole bin goes back (bin_freeing).
-    const bool consumer = tl_bin_mallocs[c] == 0 && __atomic_load_n(&s->heap, __ATOMIC_RELAXED) != h;
-    if (consumer) {
-      bin_freeing(h, c);
+    if (LM_UNLIKELY(bin_warming(c))) {
+      // A warming bin keeps what it was freed: its free stack's limit
+      // moves up.
+      {
+        HeapGuard guard(h);
+        bin_warm(c);
+        bin_published(h, c);
+      }
+      bin_event(h, c, false);  // (the doubling was the miss's answer)
     } else {
-      bin_flush(h, c, tl_bin_cap[c] / 2);
+      // No malloc of the class for two looks at the bins (tl_bin_mallocs),
+      // and the object is another heap's: a consumer of the class, whose
+      // whole bin goes back (bin_freeing).
+      const bool consumer = tl_bin_mallocs[c] == 0 && __atomic_load_n(&s->heap, __ATOMIC_RELAXED) != h;
+      if (consumer) {
+        bin_freeing(h, c);
+      } else {
+        bin_flush(h, c, tl_bin_cap[c] / 2);
+      }
+      heap_count(h, HeapStat::cache_flushes);
+      bin_event(h, c, !consumer);
     }
-    heap_count(h, HeapStat::cache_flushes);
-    bin_event(h, c, !consumer);
   }
   Block** t = bin.ftop;
   *t = static_cast<Block*>(p);

@@ -19,7 +19,7 @@ namespace lazymalloc::detail {
 
 // A thread's cache of free objects of one size class (heap.h): two stacks
 // of their addresses, in the thread's heap (Heap::bin_slots), each of at
-// most bin_cap(c) entries.  malloc pops from the allocation stack
+// most the bin's capacity (tl_bin_cap) entries.  malloc pops from the allocation stack
 // [base, top) while top > base (bin_ready); free pushes onto the free stack
 // [fbase, ftop), full at flimit; when the allocation stack runs dry the two
 // trade places (bins_trade), or, if the free stack holds fewer than
@@ -31,9 +31,11 @@ namespace lazymalloc::detail {
 // store-to-load forwards: alloc-pair-1t measured 58-67M pairs/s against
 // 87M with two intrusive lists).  The objects hold no link while cached:
 // nothing a program writes into a freed object can misdirect a bin.  All
-// null (a bin of capacity 0) until the thread has a heap, from thread exit
-// on, for classes above kCachedMax, and always in secure mode: then every
-// malloc takes the slow path and every free "overflows" (bin_overflow).
+// null (a bin of capacity 0) until the thread's first slow path of the
+// class with a heap (a refill or an overflow sets it up: bin_enable), from
+// thread exit on, for classes above kCachedMax, and always in secure mode:
+// then every malloc takes the slow path and every free "overflows"
+// (bin_overflow).
 struct alignas(32) Bin {
   Block** top;
   Block** base;
@@ -47,7 +49,8 @@ extern constinit __attribute__((tls_model("initial-exec"))) thread_local Bin tl_
 extern constinit __attribute__((tls_model("initial-exec"))) thread_local Block** tl_bin_fbase[kSmallClasses];
 // Each bin's capacity now (slow paths only): each stack holds at most
 // this many, and a free stack's flimit lies this far above the start of
-// its half of the slots.  From kClasses.bin_cap up to bin_cap_max (heap.h).
+// its half of the slots.  From kClasses.bin_cap_first up to bin_cap_max
+// (heap.h); written only by the thread (bin_set_cap), never by a collector.
 extern constinit __attribute__((tls_model("initial-exec"))) thread_local uint8_t tl_bin_cap[kSmallClasses];
 // Whether the thread allocated from each class lately: 2 when a malloc
 // of the class came to alloc_class (every malloc does that once an
@@ -56,6 +59,21 @@ extern constinit __attribute__((tls_model("initial-exec"))) thread_local uint8_t
 // overflows of the thread), so 0 after two looks with no such malloc
 // (slow paths only; bin_overflow reads it).
 extern constinit __attribute__((tls_model("initial-exec"))) thread_local uint8_t tl_bin_mallocs[kSmallClasses];
+// The fewest objects each free stack must hold to trade places with its
+// allocation stack (bins_trade): trade_min(c), or kNoTrade while the bin
+// warms (its capacity below bin_cap: bin_set_cap), and for a bin not set
+// up (so bins_trade never trades its null stacks).
+inline constexpr uint8_t kNoTrade = 255;  // above any capacity (kBinCapMax)
+static_assert(kNoTrade > kBinCapMax);
+struct TradeMins {
+  uint8_t m[kSmallClasses];
+};
+constexpr TradeMins no_trades() {
+  TradeMins t{};
+  for (uint8_t& m : t.m) m = kNoTrade;
+  return t;
+}
+extern constinit __attribute__((tls_model("initial-exec"))) thread_local TradeMins tl_bin_trade_min;
 
 // Sizes the malloc fast path serves and bins cache: up to kDirectMax by
 // 16-byte steps, then up to kCachedMax (heap.h) by 256-byte steps (every
@@ -67,7 +85,8 @@ struct ClassTable {
   uint8_t slot_class[kDirectSlots];  // (size + 15) / 16 -> class, sizes <= kDirectMax
   uint8_t mid_class[kMidSlots];      // (size + 255) / 256 -> class, sizes <= kCachedMax
   uint8_t units[kSmallClasses];
-  uint8_t bin_cap[kSmallClasses];      // a bin's starting capacity
+  uint8_t bin_cap_first[kSmallClasses];  // a bin's first capacity
+  uint8_t bin_cap[kSmallClasses];      // what it grows to at every miss (warming)
   uint8_t bin_cap_max[kSmallClasses];  // and the most it grows to (each stack's half of the slots)
   uint8_t trade_min[kSmallClasses];
   uint16_t bin_offset[kSmallClasses];  // into Heap::bin_slots
@@ -86,6 +105,7 @@ constexpr ClassTable make_class_table() {
   ClassTable t{};
   for (unsigned c = 0; c < kSmallClasses; ++c) {
     t.units[c] = uint8_t(span_units(c));
+    t.bin_cap_first[c] = uint8_t(bin_cap_first(c));
     t.bin_cap[c] = uint8_t(bin_cap(c));
     t.bin_cap_max[c] = uint8_t(bin_cap_max(c));
     t.trade_min[c] = uint8_t(trade_min(c));
@@ -191,14 +211,15 @@ void bins_to_start(Heap* h);
 
 // REQUIRES the thread's heap h held, with no collector's take left in its
 // bins (!h->bins_taken: bins_to_start first): if bin c's allocation stack
-// is empty and its free stack holds at least trade_min(c) objects, they
-// trade places; true if they did.  The allocation stack may hold an entry
+// is empty and its free stack holds at least trade_min(c) objects (a
+// warming bin never trades: tl_bin_trade_min), they trade places; true if
+// they did.  The allocation stack may hold an entry
 // although the malloc that came here saw none (a collector had moved its
 // base up meanwhile, and put it back: bins_take_idle): then nothing trades.
 inline bool bins_trade(unsigned c) {
   Bin& bin = tl_bins[c];
   Block** fbase = tl_bin_fbase[c];
-  if (bin.ftop - fbase < kClasses.trade_min[c] || bin.top != bin.base) return false;
+  if (bin.ftop - fbase < tl_bin_trade_min.m[c] || bin.top != bin.base) return false;
   Block** empty = bin.base;
   bin.base = fbase;
   bin.top = bin.ftop;
@@ -224,6 +245,22 @@ inline Block* bin_swap_free_top(Bin& bin, Block* b) {
   return hot;
 }
 
+// Bin c warms: its capacity is below bin_cap(c) (heap.h, bins.cc: bin_set_cap).
+inline bool bin_warming(unsigned c) { return tl_bin_cap[c] < kClasses.bin_cap[c]; }
+// REQUIRES bin c set up and warming (this thread only): a miss (a refill
+// or an overflow) doubles its capacity, up to bin_cap(c).
+void bin_warm(unsigned c);
+
+// REQUIRES the thread's heap held, bin c warming and just refilled, its
+// free stack not empty, and b an object just taken from a span (untagged).
+// The free stack's objects go on top of the allocation stack, above b, the
+// most recently freed on top, and that one is returned (there is room: each
+// stack's half of the slots holds twice a warming capacity, heap.h).  A
+// warming bin does not trade (a trade keeps the bin's count, and one
+// object in flight would trade a bin of a few objects for ever); it keeps
+// what it was freed all the same, and what was freed last comes back first.
+LM_NOINLINE Block* bin_absorb_free(Bin& bin, unsigned c, Block* b);
+
 void bin_refill(Bin& bin, unsigned c, Span* s);
 void bin_flush(Heap* h, unsigned c, uint32_t keep);
 
@@ -244,7 +281,14 @@ void bin_freeing(Heap* h, unsigned c);
 // Publishes the bytes bin c holds now in heap h's cache_bytes (slow paths
 // only: the fast paths never count).
 void bin_published(Heap* h, unsigned c);
-void bins_enable(Heap* h);
+// Tells heap h, which this thread now owns, where the thread's bins are
+// (bins_take_idle); they are set up one class at a time (bin_enable).
+void bins_attach(Heap* h);
+// REQUIRES h (this thread's) held.  If this thread's bin c is not set up
+// and may be (a class that is cached, bins attached to h: not in secure
+// mode, nor after the thread's exit), points it at h's slots with its
+// first capacity; true if bin c is set up (now or before).
+bool bin_enable(Heap* h, unsigned c);
 void bins_return_all(Heap* h, bool exiting);
 
 }  // namespace lazymalloc::detail

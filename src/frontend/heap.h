@@ -47,12 +47,18 @@ inline constexpr size_t kQuarantineBytes = size_t(1) << 20;
 // Thread caches (bins.h, bins.cc): sizes up to kCachedMax are cached.  A
 // bin is two stacks of free objects' addresses, each of at most the
 // bin's capacity (at most 128 objects, and at least one object), in its
-// heap's `bin_slots`.  A bin starts at bin_cap(c) (16 KiB of objects), and
-// a class that keeps missing (refills and overflows) doubles it, up to
-// bin_cap_max(c) (64 KiB); an idle flush or a collector's take puts it
-// back to bin_cap(c) (bins.cc: bin_event, bins_to_start).  The slots are
-// sized for bin_cap_max.  Classes of one object (above 8 KiB) do not grow
-// (trade_min).
+// heap's `bin_slots`.  A thread's bin of a class is set up at the class's
+// first slow path in the thread (bin_enable, bins.cc), with capacity
+// bin_cap_first(c) (4 objects), and grows by doubling (bin_grow): while it
+// is below bin_cap(c) (16 KiB of objects: the bin "warms"), at every miss
+// (refill or overflow), and from there, for a class that keeps missing
+// (kBinGrowMisses in a window of the thread's slow paths), up to
+// bin_cap_max(c) (64 KiB).  An idle flush or a collector's take puts a bin
+// grown past bin_cap(c) back to it (bins.cc: bin_event, bins_to_start).
+// A short-lived thread takes and returns a few objects per class, where a
+// first refill of bin_cap objects cost it about 4k instructions (issue
+// #16, mleak).  The slots are sized for bin_cap_max.  Classes of one object
+// (above 8 KiB) do not grow (trade_min).
 inline constexpr size_t kCachedMax = 32768;
 inline constexpr uint32_t kBinCapMax = 128;
 constexpr uint32_t bin_cap_bytes(unsigned c, size_t bytes) {
@@ -63,6 +69,8 @@ constexpr uint32_t bin_cap_bytes(unsigned c, size_t bytes) {
 }
 constexpr uint32_t bin_cap(unsigned c) { return bin_cap_bytes(c, 16384); }
 constexpr uint32_t bin_cap_max(unsigned c) { return bin_cap(c) <= 1 ? bin_cap(c) : bin_cap_bytes(c, 65536); }
+inline constexpr uint32_t kBinCapFirst = 4;
+constexpr uint32_t bin_cap_first(unsigned c) { return bin_cap(c) < kBinCapFirst ? bin_cap(c) : kBinCapFirst; }
 // The fewest objects class c's free stack must hold for the two stacks to
 // trade places when the allocation stack runs dry: two (one where bin_cap
 // is one).  A free stack of one object is not traded: the allocation stack
@@ -77,12 +85,23 @@ constexpr uint32_t bin_cap_max(unsigned c) { return bin_cap(c) <= 1 ? bin_cap(c)
 // At most what an overflow leaves in the free stack (bin_flush), so that a
 // bin that overflows and runs dry in turn trades rather than refills.
 constexpr uint32_t trade_min(unsigned c) { return bin_cap(c) <= 1 ? 1 : 2; }
+// (A warming bin does not trade: bin_set_cap.)
 constexpr bool trade_min_below_overflow_rest() {
   for (unsigned c = 0; c < kSmallClasses; ++c)
-    if (trade_min(c) > bin_cap(c) / 2 + 1) return false;
+    if (trade_min(c) > bin_cap(c) / 2 + 1 || bin_cap_first(c) > bin_cap(c)) return false;
   return true;
 }
 static_assert(trade_min_below_overflow_rest());
+// A warming bin (capacity below bin_cap, doubling at every miss) may hold
+// twice its capacity in one stack for a moment (bin_absorb_free, an
+// overflow's growth): each stack's half of the slots (bin_cap_max) has room.
+constexpr bool warming_fits() {
+  for (unsigned c = 0; c < kSmallClasses; ++c)
+    for (uint32_t cap = bin_cap_first(c); cap < bin_cap(c); cap *= 2)
+      if (2 * cap > bin_cap_max(c)) return false;
+  return true;
+}
+static_assert(warming_fits());
 // Where class c's two stacks start in bin_slots, and how many slots a heap has.
 constexpr size_t bin_slot_offset(unsigned c) {
   size_t n = 0;
@@ -162,6 +181,10 @@ struct Heap {
   // of its objects but empties no span go back.
   uint64_t returned_bytes = 0;
   SpanQueue queue[kSmallClasses] = {};
+  // The classes whose queue may hold spans (REQUIRES busy or claimed; a
+  // superset: set by queue_changed, cleared by heap_collect once empty),
+  // so that collecting a short thread's heap walks only its classes.
+  uint64_t queued_classes = 0;
   Span* head_ref[kSmallClasses] = {};  // holds a phantom object (queue_changed)
   // Sparse spans (spans.cc, span_keep): empty ones kept with their class
   // (linked by `next`, at most kKeptSpans a class, and at most

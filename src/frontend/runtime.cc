@@ -167,7 +167,7 @@ Heap* heap_for_thread() {
     h->owned = true;
   }
   tl_heap = h;
-  if (!g_secure) bins_enable(h);
+  if (!g_secure) bins_attach(h);
   pal::set_thread_value(h);
   return h;
 }

@@ -239,6 +239,7 @@ void span_release(Heap* h, Span* s) {
 
 // Every kept span of heap h goes to the backend (collections, thread exit).
 void kept_release_all(Heap* h) {
+  if (h->kept_bytes == 0) return;  // none kept (span_keep counts each one's bytes)
   for (unsigned c = 0; c < kSmallClasses; ++c) {
     while (Span* s = h->kept[c]) {
       h->kept[c] = s->next;
@@ -281,6 +282,7 @@ void move_head_ref(Heap* h, unsigned c, Span* to) {
 // After class c's queue changed: moves the head reference.
 void queue_changed(Heap* h, unsigned c) {
   Span* head = h->queue[c].head;
+  if (head) h->queued_classes |= uint64_t(1) << c;
   move_head_ref(h, c, head);
 }
 
@@ -831,18 +833,26 @@ Block* refill(Heap* h, unsigned c, Bin& bin) {
 LM_NOINLINE void* alloc_refill(Heap* h, unsigned c) {
   Bin& bin = tl_bins[c];
   Block* b;
+  bool warming = false;  // a warming bin's refill doubles it at once: no miss to count
   {
     HeapGuard guard(h);
     // A collector may have taken the stacks, and left the allocation
     // stack's top entry (bins_take_idle): they go back to the start of
     // their slots, and that entry out, before a refill fills the stack.
     if (h->bins_taken) bins_to_start(h);
+    // The class's first slow path in this thread sets its bin up.
+    if (LM_UNLIKELY(!bin.flimit)) bin_enable(h, c);
     if (bin.top != bin.base || bins_trade(c)) return bin_pop(bin);
     b = refill(h, c, bin);
     if (b) {
       // A free stack too short to trade (trade_min) hands out its object
       // first: what a program freed last comes back next, as after a trade.
-      if (bin.ftop != tl_bin_fbase[c]) b = bin_swap_free_top(bin, b);
+      // A warming bin (which never trades) keeps the rest of its free
+      // stack too, above the refill (bin_absorb_free): the bin's count
+      // grows by the refill.
+      if (bin.ftop != tl_bin_fbase[c]) b = bin_warming(c) ? bin_absorb_free(bin, c, b) : bin_swap_free_top(bin, b);
+      warming = bin_warming(c);
+      if (LM_UNLIKELY(warming) && bin.flimit) bin_warm(c);  // the next refill takes twice as many
       // Held: a collector's take writes what the thread published.
       bin_published(h, c);
     }
@@ -852,7 +862,7 @@ LM_NOINLINE void* alloc_refill(Heap* h, unsigned c) {
     return nullptr;
   }
   // With the heap let go: an idle bin's flush holds it again.
-  bin_event(h, c);
+  bin_event(h, c, !warming);
   return b;
 }
 
@@ -883,7 +893,10 @@ LM_NOINLINE void* alloc_class(Heap* h, unsigned c) {
 void heap_collect(Heap* h) {
   large_cache_drain(h);
   process_delayed(h);
-  for (unsigned c = 0; c < kSmallClasses; ++c) {
+  // Only the classes whose queues may hold spans (most of a short thread's
+  // heap's classes have none).
+  for (uint64_t on = h->queued_classes; on; on &= on - 1) {
+    const unsigned c = unsigned(__builtin_ctzll(on));
     SpanQueue& q = h->queue[c];
     // Releases the current span if it is empty; queue_changed gives the
     // reference back to the new head.
@@ -898,6 +911,7 @@ void heap_collect(Heap* h) {
       s = next;
     }
     queue_changed(h, c);
+    if (!q.head) h->queued_classes &= ~(uint64_t(1) << c);
   }
   kept_release_all(h);
 }

@@ -301,7 +301,7 @@ uint32_t bin_capacity(unsigned c) {
 // of 16 objects serve with an overflow every 8 frees and a refill every
 // 16 mallocs) grows its bin, doubling up to bin_cap_max (64 objects), and
 // misses less; once the thread moves on to other sizes, the idle bin goes
-// back to its spans and to its starting capacity.
+// back to its spans and to bin_cap (16 objects).
 TEST(ThreadCache, ABusyClassGrowsItsBinAndAnIdleOneShrinksBack) {
   std::thread([] {
     constexpr size_t kSize = 1000;
@@ -399,6 +399,89 @@ TEST(ThreadCache, AThreadAllocatingTheClassItFreesKeepsHalfOfItsBin) {
   EXPECT_EQ(lm_check_invariants(), nullptr);
 }
 
+// A short-lived thread (mleak's: one calloc of 128 B, one free of another
+// thread's object) takes a few objects from its spans and gives back as
+// few at its exit.  Its first refill took a whole bin (128 objects of
+// 128 B), which the exit returned: about 4k of the 7k instructions such a
+// thread cost in the allocator (issue #16).
+TEST(ThreadCache, AShortThreadTakesAndReturnsAFewObjects) {
+  constexpr size_t kSize = 128;
+  void* other = lm_malloc(kSize);
+  lm_thread_collect();
+  const uint64_t taken0 = stat("span_taken_bytes");
+  const uint64_t returned0 = stat("span_returned_bytes");
+  void* got = nullptr;
+  unsigned bins_set_up = 0;
+  std::thread([&] {
+    got = lm_calloc(1, kSize);
+    lm_free(other);
+    for (unsigned c = 0; c < kSmallClasses; ++c) bins_set_up += detail::tl_bins[c].flimit != nullptr;
+  }).join();
+  ASSERT_NE(got, nullptr);
+  // The object, and bin_cap_first more for the cache ...
+  EXPECT_EQ(stat("span_taken_bytes") - taken0, (1 + kBinCapFirst) * kSize);
+  // ... which the exit gave back, with the other thread's object.
+  EXPECT_EQ(stat("span_returned_bytes") - returned0, (1 + kBinCapFirst) * kSize);
+  // Only the class it used has a bin set up (the exit disables it again).
+  EXPECT_EQ(bins_set_up, 1u);
+  lm_free(got);
+  lm_thread_collect();
+  EXPECT_EQ(lm_check_invariants(), nullptr);
+}
+
+// A bin warms: it starts at bin_cap_first objects and doubles at every
+// refill, up to bin_cap (then it grows only with misses over time: the
+// test above); a thread that allocates a class without freeing it takes
+// 4, 8, 16, ... objects at its refills.
+TEST(ThreadCache, ABinDoublesAtEveryRefillUpToItsCapacity) {
+  std::thread([] {
+    constexpr size_t kSize = 64;
+    const unsigned c = size_class(kSize);
+    ASSERT_EQ(bin_cap(c), 128u);
+    const detail::Bin& bin = detail::tl_bins[c];
+    std::vector<void*> held;
+    std::vector<uint32_t> fills, caps;
+    size_t depth = 0;
+    while (fills.size() < 8) {
+      void* p = lm_malloc(kSize);
+      ASSERT_NE(p, nullptr);
+      held.push_back(p);
+      const size_t d = size_t(bin.top - bin.base);
+      if (depth == 0) {  // that malloc refilled the allocation stack
+        fills.push_back(uint32_t(d));
+        caps.push_back(bin_capacity(c));
+      }
+      depth = d;
+    }
+    for (size_t i = 0; i < fills.size(); ++i)
+      EXPECT_LE(fills[i], std::min<uint32_t>(kBinCapFirst << i, bin_cap(c))) << "refill " << i;
+    EXPECT_EQ(caps, (std::vector<uint32_t>{8, 16, 32, 64, 128, 128, 128, 128}));
+    for (void* p : held) lm_free(p);
+  }).join();
+  EXPECT_EQ(lm_check_invariants(), nullptr);
+}
+
+// A thread that only frees (a consumer) sets its bin up at its first free
+// that overflows, with bin_cap_first slots, and doubles it at every
+// overflow up to bin_cap.
+TEST(ThreadCache, AConsumersBinDoublesAtEveryOverflow) {
+  constexpr size_t kSize = 64;
+  const unsigned c = size_class(kSize);
+  std::vector<void*> made(600);
+  for (auto& p : made) p = lm_malloc(kSize);
+  std::vector<uint32_t> caps;
+  std::thread([&] {
+    for (void* p : made) {
+      lm_free(p);
+      const uint32_t cap = detail::tl_bins[c].flimit ? bin_capacity(c) : 0;
+      if (cap && (caps.empty() || caps.back() != cap)) caps.push_back(cap);
+    }
+  }).join();
+  EXPECT_EQ(caps, (std::vector<uint32_t>{4, 8, 16, 32, 64, 128}));
+  lm_thread_collect();
+  EXPECT_EQ(lm_check_invariants(), nullptr);
+}
+
 // A thread that frees its own objects without allocating in between (a
 // program freeing a batch it made) is no consumer: its bin keeps its
 // capacity, and the next batch's mallocs reuse what it holds.
@@ -492,6 +575,34 @@ TEST(ThreadCache, AClassThatOnlyAllocatesIsNotIdle) {
     EXPECT_GE(stat("span_refills") - refills0, 600u) << "several looks at the bins";
     EXPECT_EQ(stat("cache_idle_flushes"), idle0);
     for (void* p : v) lm_free(p);
+  }).join();
+  EXPECT_EQ(lm_check_invariants(), nullptr);
+}
+
+// A warming bin is refilled, not traded: with one object in flight the
+// bin's count stays what it is (a trade keeps it), so a bin of 4 objects
+// that traded would trade every 5 mallocs for ever; refilled, it holds
+// bin_cap objects after a few refills, as a bin that started full did.
+TEST(ThreadCache, OneObjectInFlightFromAFreshThreadTradesRarely) {
+  std::thread([] {
+    constexpr size_t kSize = 64;
+    const unsigned c = size_class(kSize);
+    void* q = lm_malloc(kSize);
+    void* last = nullptr;
+    constexpr int kRounds = 2000;
+    int again = 0;
+    for (int i = 0; i < kRounds; ++i) {
+      void* p = lm_malloc(kSize);
+      ASSERT_NE(p, nullptr);
+      again += p == last;
+      last = q;
+      lm_free(q);
+      q = p;
+    }
+    // Five warming refills (4 to 128), then a trade per bin_cap / 2 + 1
+    // mallocs at most.
+    EXPECT_LE(again, kRounds / int(bin_cap(c) / 2 + 1) + 5 + 2);
+    lm_free(q);
   }).join();
   EXPECT_EQ(lm_check_invariants(), nullptr);
 }
