@@ -129,10 +129,19 @@ int main(int argc, char** argv) {
   server->add_option("--lib", vopt.lib, "liblazymalloc.so to use for 'lazymalloc'");
   server->add_option("--alloc-env", vopt.alloc_env, "ALLOCATOR:VAR=VALUE, extra environment for one allocator's servers")
       ->allow_extra_args(false);
-  server->add_option("--reps", vopt.reps, "Repetitions per allocator, interleaved")->capture_default_str();
+  server->add_option("--reps", vopt.reps, "Repetitions of the throughput phase (each runs every allocator)")
+      ->capture_default_str();
+  server->add_option("--memory-reps", vopt.memory_reps, "The memory phase runs in the first N repetitions (0: none)")
+      ->capture_default_str();
+  server->add_option("--server-cpus", vopt.server_cpus,
+                     "CPUs of the servers (a list as for taskset -c; auto: the first we may use, none: not pinned)")
+      ->capture_default_str();
+  server->add_option("--client-cpus", vopt.client_cpus,
+                     "CPUs of the clients (auto: the second we may use; none: not pinned)")
+      ->capture_default_str();
   server->add_option("--out", vopt.out_dir, "Output directory")->capture_default_str();
   server->add_flag("--quick", vopt.quick, "Small sizes (20,000 requests and keys, 1 s idle, 2 s wait): a few seconds per allocator");
-  server->add_option("--requests", vopt.requests, "redis-benchmark -n per command (default 1,000,000)");
+  server->add_option("--requests", vopt.requests, "redis-benchmark -n per command and repetition (default 200,000)");
   server->add_option("--tests", vopt.tests, "redis-benchmark -t")->capture_default_str();
   server->add_option("--clients", vopt.clients, "redis-benchmark -c")->capture_default_str();
   server->add_option("--pipeline", vopt.pipeline, "redis-benchmark -P")->capture_default_str();

@@ -73,14 +73,20 @@ struct Plan {
   long keys = 0;
   double idle_s = 0, rss_wait_s = 0;
   std::vector<double> sample_times;  // seconds after FLUSHALL
+  std::vector<int> server_cpus, client_cpus;  // empty: not pinned
+  int memory_reps = 0;
+  // A server's safety-net lifetime (stop() ends it long before).
+  double server_lifetime_s = 0;
 };
 
 // A client program call (no preload, the allocator's variables not set):
 // its stdout, trimmed, or nullopt with *error.
-std::optional<std::string> client(const std::vector<std::string>& argv, double timeout_s, std::string* error) {
+std::optional<std::string> client(const std::vector<std::string>& argv, double timeout_s, std::string* error,
+                                  const std::vector<int>& cpus = {}) {
   SpawnOptions o;
   o.env = child_env("", {});
   o.timeout_s = timeout_s;
+  o.cpus = cpus;
   const SpawnResult r = spawn(argv, o);
   if (!r.ok()) {
     *error = join(argv) + ": " + r.status_text() + " " + one_line(r.err) + " " + one_line(r.out);
@@ -98,11 +104,27 @@ struct ProcSample {
   double hwm_kib = 0;
 };
 
-// The CPU time the server has used so far, in seconds: utime + stime of
-// /proc/PID/stat, which count every thread, ended ones too (clock ticks:
-// 10 ms at the usual 100 Hz, so 1% of a command's second of CPU at the
-// default sizes).  nullopt if it cannot be read.
+// The CPU time the server has used so far, in seconds.  Exact where the
+// kernel keeps schedstat: the sum over the server's threads of the first
+// field of /proc/PID/task/TID/schedstat (nanoseconds on a CPU; a thread that
+// ends takes its time along, but redis's threads live as long as the
+// server).  Else utime + stime of /proc/PID/stat, which count every thread,
+// ended ones too, in clock ticks of 10 ms (3-7% of a command at the default
+// sizes).  nullopt if neither can be read.
 std::optional<double> cpu_seconds(pid_t pid) {
+  const fs::path tasks = "/proc/" + std::to_string(pid) + "/task";
+  std::error_code ec;
+  double ns = 0;
+  bool any = false;
+  for (const auto& entry : fs::directory_iterator(tasks, ec)) {
+    std::istringstream in(slurp(entry.path() / "schedstat"));
+    double run_ns = -1;
+    if (in >> run_ns && run_ns >= 0) {
+      ns += run_ns;
+      any = true;
+    }
+  }
+  if (!ec && any) return ns * 1e-9;
   const std::string stat = slurp("/proc/" + std::to_string(pid) + "/stat");
   const auto paren = stat.rfind(')');  // the command name may hold spaces
   if (paren == std::string::npos) return std::nullopt;
@@ -149,6 +171,7 @@ class Server {
     }
     std::unique_ptr<Server> s(new Server);
     s->cli_ = plan.cli;
+    s->cli_cpus_ = plan.client_cpus;
     s->timeout_s_ = timeout_s;
     s->dir_ = tmpl;
     s->socket_ = (s->dir_ / "redis.sock").string();
@@ -161,9 +184,10 @@ class Server {
     argv.insert(argv.end(), plan.server_args.begin(), plan.server_args.end());
     SpawnOptions o;
     o.env = child_env(a.preload, a.env);
+    o.cpus = plan.server_cpus;
     // A safety net only (stop() ends it): longer than any phase can take,
     // so that a server whose pid we never learnt cannot outlive us.
-    o.timeout_s = 6 * timeout_s + plan.sample_times.back();
+    o.timeout_s = plan.server_lifetime_s;
     Server* self = s.get();
     s->thread_ = std::thread([self, argv, o] {
       self->result_ = spawn(argv, o);
@@ -195,7 +219,7 @@ class Server {
   std::optional<std::string> cli(const std::vector<std::string>& command, std::string* error) const {
     std::vector<std::string> argv = {cli_, "-s", socket_};
     argv.insert(argv.end(), command.begin(), command.end());
-    return client(argv, timeout_s_, error);
+    return client(argv, timeout_s_, error, cli_cpus_);
   }
 
   // Checks that the reply of `command` is `expected`.
@@ -234,6 +258,7 @@ class Server {
  private:
   Server() = default;
   std::string cli_;
+  std::vector<int> cli_cpus_;
   double timeout_s_ = 0;
   fs::path dir_;
   std::string socket_;
@@ -290,47 +315,93 @@ struct MemoryRun {
   std::optional<double> settle_s;                  // first sample within settle_mib of start
 };
 
-ThroughputRun run_throughput(const ServerOptions& opt, const Plan& plan, const AllocatorSpec& a, const fs::path& log) {
-  ThroughputRun r;
-  std::string error;
-  auto server = Server::start(plan, a, log, opt.timeout_s, &error);
-  if (server) {
-    // One client call per test (in --tests order), so that the server's CPU
-    // time is known per command.  A test may print several results (e.g.
-    // "ping": PING_INLINE and PING_MBULK), each of -n requests: they share
-    // its CPU time evenly.
-    for (const auto& test : split_list(opt.tests)) {
-      const std::vector<std::string> argv = {plan.benchmark, "-s", server->socket(), "-P", std::to_string(opt.pipeline),
+// Progress lines on stderr: "[i/total] what ... result".
+struct Progress {
+  std::size_t index = 0, total = 0;
+  void begin(const std::string& what) {
+    std::fprintf(stderr, "[%zu/%zu] %s ... ", ++index, total, what.c_str());
+    std::fflush(stderr);
+  }
+};
+
+// One repetition of the throughput phase.  A fresh server for every
+// allocator, all started first; then each test of --tests in turn against
+// every server, in an order that rotates by one allocator per repetition and
+// per test, so that the runs of one test follow each other within seconds
+// and what drifts (other work, the clock) hits every allocator alike.  Each
+// server still sees the tests in --tests order (GET reads the key SET wrote,
+// LPOP pops what LPUSH pushed).  Returns a run per allocator, in the order
+// of `allocators`.
+std::vector<ThroughputRun> run_throughput_rep(const ServerOptions& opt, const Plan& plan,
+                                              const std::vector<AllocatorSpec>& allocators, int rep,
+                                              const fs::path& log_dir, Progress& progress) {
+  const std::size_t n = allocators.size();
+  std::vector<ThroughputRun> runs(n);
+  std::vector<std::string> errors(n);
+  std::vector<std::unique_ptr<Server>> servers(n);
+  for (std::size_t k = 0; k < n; ++k) {
+    runs[k].rep = rep;
+    runs[k].alloc = k;
+    const std::string log = "throughput." + allocators[k].name + ".rep" + std::to_string(rep) + ".log";
+    servers[k] = Server::start(plan, allocators[k], log_dir / log, opt.timeout_s, &errors[k]);
+  }
+  const auto tests = split_list(opt.tests);
+  for (std::size_t j = 0; j < tests.size(); ++j) {
+    const std::string& test = tests[j];
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::size_t k = (i + j + static_cast<std::size_t>(rep - 1)) % n;
+      ThroughputRun& r = runs[k];
+      std::string& error = errors[k];
+      progress.begin("rep " + std::to_string(rep) + " " + test + " under " + allocators[k].name);
+      if (!error.empty()) {
+        std::fprintf(stderr, "FAILED: %s\n", error.c_str());
+        continue;
+      }
+      // One client call per test, so that the server's CPU time is known per
+      // command.  A test may print several results (e.g. "ping":
+      // PING_INLINE and PING_MBULK), each of -n requests: they share its CPU
+      // time evenly.
+      const std::vector<std::string> argv = {plan.benchmark, "-s", servers[k]->socket(), "-P", std::to_string(opt.pipeline),
                                              "-c", std::to_string(opt.clients), "-d", std::to_string(opt.data_size),
                                              "-n", std::to_string(plan.requests), "-t", test, "--csv"};
-      const auto cpu_before = cpu_seconds(server->pid());
-      const auto out = client(argv, opt.timeout_s, &error);
-      const auto cpu_after = cpu_seconds(server->pid());
-      if (!out) break;
-      const auto rows = parse_benchmark_csv(*out);
-      if (rows.empty()) {
-        error = "redis-benchmark -t " + test + " printed no results: " + one_line(*out);
-        break;
+      const auto cpu_before = cpu_seconds(servers[k]->pid());
+      const auto out = client(argv, opt.timeout_s, &error, plan.client_cpus);
+      const auto cpu_after = cpu_seconds(servers[k]->pid());
+      if (out) {
+        const auto rows = parse_benchmark_csv(*out);
+        if (rows.empty()) {
+          error = "redis-benchmark -t " + test + " printed no results: " + one_line(*out);
+        } else if (!cpu_before || !cpu_after) {
+          error = "cannot read /proc of the server";
+        } else {
+          const double requests = static_cast<double>(plan.requests) * static_cast<double>(rows.size());
+          for (const auto& row : rows) {
+            const double cpu_us = (*cpu_after - *cpu_before) * 1e6 / requests;
+            r.rps.push_back(row);
+            r.cpu_us.emplace_back(row.first, cpu_us);
+            std::fprintf(stderr, "%s %s/s %.2f us ", row.first.c_str(), format_si(row.second).c_str(), cpu_us);
+          }
+        }
       }
-      if (!cpu_before || !cpu_after) {
-        error = "cannot read /proc of the server";
-        break;
-      }
-      const double requests = static_cast<double>(plan.requests) * static_cast<double>(rows.size());
-      for (const auto& row : rows) {
-        r.rps.push_back(row);
-        r.cpu_us.emplace_back(row.first, (*cpu_after - *cpu_before) * 1e6 / requests);
-      }
+      if (error.empty()) std::fprintf(stderr, "\n");
+      else std::fprintf(stderr, "FAILED: %s\n", error.c_str());
     }
-    if (error.empty()) {
-      if (const auto p = read_proc(server->pid())) r.peak_kib = p->hwm_kib;
-      else error = "cannot read /proc of the server";
-    }
-    if (!server->stop(&error)) r.rps.clear();
   }
-  r.ok = error.empty() && !r.rps.empty();
-  r.status = r.ok ? "ok" : error;
-  return r;
+  for (std::size_t k = 0; k < n; ++k) {
+    if (!servers[k]) continue;
+    if (errors[k].empty()) {
+      if (const auto p = read_proc(servers[k]->pid())) runs[k].peak_kib = p->hwm_kib;
+      else errors[k] = "cannot read /proc of the server";
+    }
+    std::string stop_error;
+    if (!servers[k]->stop(&stop_error) && errors[k].empty()) errors[k] = stop_error;
+    servers[k].reset();
+  }
+  for (std::size_t k = 0; k < n; ++k) {
+    runs[k].ok = errors[k].empty() && !runs[k].rps.empty();
+    runs[k].status = runs[k].ok ? "ok" : errors[k];
+  }
+  return runs;
 }
 
 MemoryRun run_memory(const ServerOptions& opt, const Plan& plan, const AllocatorSpec& a, const fs::path& log) {
@@ -436,9 +507,9 @@ Json summary_json(const std::optional<Summary>& s) {
 int server_command(const ServerOptions& opt) {
   const char* who = "lazybench server";
   if (opt.reps < 1 || opt.clients < 1 || opt.pipeline < 1 || opt.data_size < 1 || opt.value_size < 1 ||
-      opt.requests < 0 || opt.keys < 0 || opt.settle_mib < 0 || opt.timeout_s <= 0) {
+      opt.requests < 0 || opt.keys < 0 || opt.settle_mib < 0 || opt.timeout_s <= 0 || opt.memory_reps < 0) {
     std::cerr << who << ": --reps, --clients, --pipeline, --data-size and --value-size must be at least 1, "
-                        "--requests, --keys and --settle-mib not negative, --timeout positive\n";
+                        "--requests, --keys, --memory-reps and --settle-mib not negative, --timeout positive\n";
     return 2;
   }
   if (split_list(opt.tests).empty()) {
@@ -446,7 +517,8 @@ int server_command(const ServerOptions& opt) {
     return 2;
   }
   Plan plan;
-  plan.requests = opt.requests > 0 ? opt.requests : opt.quick ? 20000 : 1000000;
+  plan.requests = opt.requests > 0 ? opt.requests : opt.quick ? 20000 : 200000;
+  plan.memory_reps = std::min(opt.memory_reps, opt.reps);
   plan.keys = opt.keys > 0 ? opt.keys : opt.quick ? 20000 : 1500000;
   plan.idle_s = opt.idle_s >= 0 ? opt.idle_s : opt.quick ? 1 : 10;
   plan.rss_wait_s = opt.rss_wait_s >= 0 ? opt.rss_wait_s : opt.quick ? 2 : 12;
@@ -463,6 +535,32 @@ int server_command(const ServerOptions& opt) {
     return 2;
   }
   plan.server_args = *words;
+  // CPUs: "auto" puts the servers on the first CPU we may use and the
+  // clients on the second (when there are two), so that a server and its
+  // client never take turns on one CPU; "none" (or "") does not pin.
+  {
+    const std::vector<int> ours = usable_cpus();
+    bool ok = true;
+    auto cpus = [&](const std::string& text, std::size_t auto_index, const char* option) {
+      if (text == "auto") return ours.size() >= 2 ? std::vector<int>{ours[auto_index]} : std::vector<int>{};
+      if (text.empty() || text == "none") return std::vector<int>{};
+      const auto list = parse_cpu_list(text);
+      if (!list) {
+        std::cerr << who << ": bad " << option << " '" << text << "' (a CPU list such as 0 or 1-3,5; auto; none)\n";
+        ok = false;
+        return std::vector<int>{};
+      }
+      for (const int c : *list)
+        if (std::find(ours.begin(), ours.end(), c) == ours.end()) {
+          std::cerr << who << ": " << option << ": CPU " << c << " is not one this process may use\n";
+          ok = false;
+        }
+      return *list;
+    };
+    plan.server_cpus = cpus(opt.server_cpus, 0, "--server-cpus");
+    plan.client_cpus = cpus(opt.client_cpus, 1, "--client-cpus");
+    if (!ok) return 2;
+  }
   for (auto [path, name] : {std::pair{&plan.server, &opt.server}, {&plan.benchmark, &opt.benchmark}, {&plan.cli, &opt.cli}}) {
     *path = name->find('/') != std::string::npos ? (::access(name->c_str(), X_OK) == 0 ? *name : "") : find_in_path(*name);
     if (path->empty()) {
@@ -501,37 +599,26 @@ int server_command(const ServerOptions& opt) {
   const std::string version = client({plan.server, "--version"}, opt.timeout_s, &version_error).value_or(version_error);
 
   const std::size_t n = allocators.size();
+  const std::size_t n_tests = split_list(opt.tests).size();
+  // Generous: every client call of a repetition at its limit, and a memory phase.
+  plan.server_lifetime_s = static_cast<double>(n_tests * n + 6) * opt.timeout_s + plan.sample_times.back();
   const std::string load_before = load_average();
   const auto begin = Clock::now();
   std::vector<ThroughputRun> throughput;
   std::vector<MemoryRun> memory;
-  const std::size_t total = 2 * n * static_cast<std::size_t>(opt.reps);
-  std::size_t index = 0;
+  Progress progress;
+  progress.total = n * (n_tests * static_cast<std::size_t>(opt.reps) + static_cast<std::size_t>(plan.memory_reps));
   for (int rep = 1; rep <= opt.reps; ++rep) {
+    for (auto& t : run_throughput_rep(opt, plan, allocators, rep, out_dir / "logs", progress))
+      throughput.push_back(std::move(t));
+    if (rep > plan.memory_reps) continue;
     for (std::size_t i = 0; i < n; ++i) {
       // Each repetition starts with the next allocator.
       const std::size_t k = (i + static_cast<std::size_t>(rep - 1)) % n;
       const AllocatorSpec& a = allocators[k];
       const std::string stem = a.name + ".rep" + std::to_string(rep);
-      std::fprintf(stderr, "[%zu/%zu] throughput under %s rep %d ... ", ++index, total, a.name.c_str(), rep);
-      std::fflush(stderr);
-      auto t0 = Clock::now();
-      ThroughputRun t = run_throughput(opt, plan, a, out_dir / "logs" / ("throughput." + stem + ".log"));
-      t.rep = rep;
-      t.alloc = k;
-      if (t.ok) {
-        for (std::size_t i = 0; i < t.rps.size(); ++i)
-          std::fprintf(stderr, "%s %s/s %.2f us ", t.rps[i].first.c_str(), format_si(t.rps[i].second).c_str(),
-                       t.cpu_us[i].second);
-        std::fprintf(stderr, "(%.1f s)\n", seconds_since(t0));
-      } else {
-        std::fprintf(stderr, "FAILED: %s\n", t.status.c_str());
-      }
-      throughput.push_back(std::move(t));
-
-      std::fprintf(stderr, "[%zu/%zu] memory under %s rep %d ... ", ++index, total, a.name.c_str(), rep);
-      std::fflush(stderr);
-      t0 = Clock::now();
+      progress.begin("memory under " + a.name + " rep " + std::to_string(rep));
+      const auto t0 = Clock::now();
       MemoryRun m = run_memory(opt, plan, a, out_dir / "logs" / ("memory." + stem + ".log"));
       m.rep = rep;
       m.alloc = k;
@@ -575,6 +662,33 @@ int server_command(const ServerOptions& opt) {
   };
   PerCommand rps = per_command(&ThroughputRun::rps);
   PerCommand cpu = per_command(&ThroughputRun::cpu_us);
+  // Paired ratios against glibc: in each repetition, allocator k's figure
+  // against glibc's for the same command (paired_ratios); their summary over
+  // the repetitions, per command and allocator (glibc's own: 1.00x).
+  auto paired_of = [&](std::vector<std::pair<std::string, double>> ThroughputRun::*field, bool higher_is_better) {
+    auto by_rep = [&](const std::string& cmd, std::size_t k) {
+      std::map<int, double> v;
+      for (const auto& t : throughput)
+        if (t.ok && t.alloc == k)
+          for (const auto& [c, x] : t.*field)
+            if (c == cmd) v[t.rep] = x;
+      return v;
+    };
+    PerCommand out;
+    for (const auto& cmd : commands) {
+      auto& row = out[cmd];
+      for (std::size_t k = 0; k < n; ++k)
+        row.push_back(glibc ? summarize(paired_ratios(by_rep(cmd, k), by_rep(cmd, *glibc), higher_is_better))
+                            : std::nullopt);
+    }
+    return out;
+  };
+  PerCommand rps_paired = paired_of(&ThroughputRun::rps, true);
+  PerCommand cpu_paired = paired_of(&ThroughputRun::cpu_us, false);
+  auto paired_text = [](const std::optional<Summary>& s) {
+    return s ? format_ratio(s->median) + " (" + format_fixed(s->min, 2) + "-" + format_fixed(s->max, 2) + ")"
+             : std::string("-");
+  };
   // > 1.00x = better than glibc: more requests/s, or less CPU per request.
   auto vs_glibc_of = [&](PerCommand& table, bool higher_is_better, const std::string& cmd,
                          std::size_t k) -> std::optional<double> {
@@ -584,8 +698,9 @@ int server_command(const ServerOptions& opt) {
   };
   auto vs_glibc = [&](const std::string& cmd, std::size_t k) { return vs_glibc_of(rps, true, cmd, k); };
   // One row per command, one column per allocator: the median (`format`)
-  // and its ratio to glibc's.
-  auto command_table = [&](PerCommand& table, bool higher_is_better, auto format) {
+  // and, in parentheses, the median paired ratio to glibc's (`paired`) or,
+  // without it, the ratio of the medians.
+  auto command_table = [&](PerCommand& table, bool higher_is_better, PerCommand* paired, auto format) {
     std::vector<MarkdownTable::Column> cols = {{"command"}};
     for (const auto& a : allocators) cols.push_back({a.name, true});
     MarkdownTable out(cols);
@@ -593,22 +708,40 @@ int server_command(const ServerOptions& opt) {
       std::vector<std::string> cells = {cmd};
       for (std::size_t k = 0; k < n; ++k) {
         const auto& s = table[cmd][k];
-        cells.push_back(s ? format(s->median) + " (" +
-                                format_ratio(vs_glibc_of(table, higher_is_better, cmd, k)) + ")"
-                          : "-");
+        std::optional<double> ratio = vs_glibc_of(table, higher_is_better, cmd, k);
+        if (paired) {
+          const auto& p = (*paired)[cmd][k];
+          ratio = p ? std::optional<double>(p->median) : std::nullopt;
+        }
+        cells.push_back(s ? format(s->median) + " (" + format_ratio(ratio) + ")" : "-");
       }
       out.add_row(cells);
     }
     return out.render();
   };
-  // Allocator k's summary per command, each with its ratio to glibc's.
-  auto command_json = [&](PerCommand& table, bool higher_is_better, std::size_t k) {
+  // One row per command, one column per allocator: the median paired ratio
+  // to glibc's and the range of the ratios.
+  auto paired_table = [&](PerCommand& paired) {
+    std::vector<MarkdownTable::Column> cols = {{"command"}};
+    for (const auto& a : allocators) cols.push_back({a.name, true});
+    MarkdownTable out(cols);
+    for (const auto& cmd : commands) {
+      std::vector<std::string> cells = {cmd};
+      for (std::size_t k = 0; k < n; ++k) cells.push_back(paired_text(paired[cmd][k]));
+      out.add_row(cells);
+    }
+    return out.render();
+  };
+  // Allocator k's summary per command, each with its ratio to glibc's (of
+  // the medians) and the summary of its paired ratios.
+  auto command_json = [&](PerCommand& table, bool higher_is_better, PerCommand& paired, std::size_t k) {
     Json out = Json::object();
     for (const auto& cmd : commands) {
       Json c = summary_json(table[cmd][k]);
       if (!c.is_null()) {
         const auto r = vs_glibc_of(table, higher_is_better, cmd, k);
         c["vs_glibc"] = r ? Json(*r) : Json(nullptr);
+        c["paired_vs_glibc"] = summary_json(paired[cmd][k]);
       }
       out[cmd] = c;
     }
@@ -667,36 +800,56 @@ int server_command(const ServerOptions& opt) {
   md += "- Command: `" + opt.command_line + "`\n";
   md += "- Server: " + version + " (`" + plan.server + " --port 0 --unixsocket SOCKET --save '' --appendonly no" +
         (plan.server_args.empty() ? "" : " " + join(plan.server_args)) + "`)\n";
-  md += "- Repetitions: " + std::to_string(opt.reps) +
-        " per allocator, interleaved (each repetition runs every allocator once, starting one allocator later); "
-        "each run is two server lifetimes, one per phase\n";
+  auto cpu_text = [](const std::vector<int>& cpus) {
+    if (cpus.empty()) return std::string("not pinned");
+    std::string out = "CPU ";
+    for (std::size_t i = 0; i < cpus.size(); ++i) out += (i ? "," : "") + std::to_string(cpus[i]);
+    return out;
+  };
+  md += "- Repetitions: " + std::to_string(opt.reps) + " of the throughput phase, " +
+        std::to_string(plan.memory_reps) +
+        " of the memory phase; each repetition runs every allocator (the order rotating by one allocator per "
+        "repetition and per command)\n";
+  md += "- CPUs: servers " + cpu_text(plan.server_cpus) + ", clients " + cpu_text(plan.client_cpus) + "\n";
   md += "- Allocators: " + describe_allocators(allocators) + "\n";
   if (!glibc_note.empty()) md += "- Note: " + glibc_note + "\n";
   for (const auto& s : skipped) md += "- Skipped: " + s + "\n";
   if (failures) md += "- **" + std::to_string(failures) + " run(s) failed**; see the status column of results.csv and logs/\n";
 
   md += "\n## Throughput\n\n`" + client_line + "` for each TEST of `" + opt.tests +
-        "`, in that order, against a fresh server (no preload for the client). Requests/s, "
-        "median of the repetitions, and its ratio to glibc's (> 1.00x = faster).\n\n";
+        "` (no preload for the client). Each repetition starts a fresh server per allocator, then runs the tests "
+        "in that order, each against every allocator's server in turn, so that the runs of one test follow each "
+        "other within seconds.\n\n";
+  md += "### Requests/s against glibc, paired\n\nIn each repetition, an allocator's requests/s divided by "
+        "glibc's for the same command: the median of these ratios over the repetitions (their range in "
+        "parentheses). Load that drifts between repetitions moves both runs of a pair alike and cancels in the "
+        "ratio. > 1.00x = faster than glibc.\n\n";
+  md += paired_table(rps_paired);
+  md += "\n### Requests/s\n\nMedians of the repetitions, and in parentheses the median paired ratio to glibc's "
+        "(above).\n\n";
   {
-    md += command_table(rps, true, [](double v) { return format_si(v); }) + "\n";
+    md += command_table(rps, true, &rps_paired, [](double v) { return format_si(v); }) + "\n";
     MarkdownTable detail({{"command"}, {"allocator"}, {"median (req/s)", true}, {"min..max", true}, {"runs", true},
-                          {"vs glibc", true}});
+                          {"medians vs glibc", true}, {"paired vs glibc", true}});
     for (const auto& cmd : commands)
       for (std::size_t k = 0; k < n; ++k) {
         const auto& s = rps[cmd][k];
         detail.add_row({cmd, allocators[k].name, s ? format_si(s->median) : "-",
                         s ? format_si(s->min) + ".." + format_si(s->max) : "-",
                         std::to_string(s ? s->count : 0) + "/" + std::to_string(opt.reps),
-                        format_ratio(vs_glibc(cmd, k))});
+                        format_ratio(vs_glibc(cmd, k)), paired_text(rps_paired[cmd][k])});
       }
     md += detail.render();
   }
-  md += "\n### Server CPU per request\n\nThe server's CPU time (user + system, all its threads, from "
-        "/proc/PID/stat in clock ticks) during each command's client call, divided by its requests: microseconds, "
-        "median of the repetitions, and glibc's divided by it (> 1.00x = less CPU than glibc). Time spent waiting for "
-        "a CPU or for the client is not in it, so it moves less than requests/s when other work competes.\n\n";
-  md += command_table(cpu, false, [](double v) { return format_fixed(v, 3); });
+  md += "\n### Server CPU per request\n\nThe server's CPU time (all its threads: "
+        "/proc/PID/task/*/schedstat in nanoseconds, or user + system from /proc/PID/stat in clock ticks where the "
+        "kernel keeps no schedstat) during each command's client call, divided by its requests: microseconds, "
+        "median of the repetitions, and in parentheses the median over the repetitions of glibc's divided by it "
+        "(paired; > 1.00x = less CPU than glibc). Time spent waiting for a CPU or for the client is not in it, so "
+        "it moves less than requests/s when other work competes.\n\n";
+  md += command_table(cpu, false, &cpu_paired, [](double v) { return format_fixed(v, 3); }) + "\n";
+  md += "Paired ratios of CPU per request (range in parentheses):\n\n";
+  md += paired_table(cpu_paired);
 
   md += "\n## Memory\n\nA second server: `DEBUG POPULATE " + std::to_string(plan.keys) + " key " +
         std::to_string(opt.value_size) + "` (" + std::to_string(plan.keys) + " keys of " +
@@ -705,12 +858,14 @@ int server_command(const ServerOptions& opt) {
         "kernel has not taken yet). Medians of the repetitions. \"held after idle\" is " +
         seconds_text(plan.idle_s) + " after FLUSHALL, \"Rss/held after wait\" " + seconds_text(plan.rss_wait_s) +
         "; \"settled\" is the first whole second at which held was within " + format_fixed(opt.settle_mib, 0) +
-        " MiB of its start; \"bench peak\" is the VmHWM of the throughput server.\n\n";
+        " MiB of its start; \"bench peak\" is the VmHWM of the throughput server (medians of all repetitions), "
+        "\"vs leanest\" its excess over the smallest bench peak of the other allocators.\n\n";
   {
     std::vector<MarkdownTable::Column> cols = {{"allocator"}};
     for (const auto& m : memory_metrics()) cols.push_back({m.title, true});
     cols.push_back({"settled", true});
     cols.push_back({"bench peak", true});
+    cols.push_back({"vs leanest", true});
     MarkdownTable table(cols);
     for (std::size_t k = 0; k < n; ++k) {
       std::vector<std::string> cells = {allocators[k].name};
@@ -721,6 +876,16 @@ int server_command(const ServerOptions& opt) {
       cells.push_back(settle_text(settle(k)));
       const auto bp = bench_peak(k);
       cells.push_back(bp ? format_fixed(bp->median, 1) : "-");
+      std::optional<double> leanest;
+      for (std::size_t j = 0; j < n; ++j)
+        if (const auto other = bench_peak(j); j != k && other && (!leanest || other->median < *leanest))
+          leanest = other->median;
+      if (bp && leanest && *leanest > 0) {
+        const double pct = 100 * (bp->median / *leanest - 1);
+        cells.push_back((pct >= 0 ? "+" : "") + format_fixed(pct, 1) + "%");
+      } else {
+        cells.push_back("-");
+      }
       table.add_row(cells);
     }
     md += table.render();
@@ -801,8 +966,8 @@ int server_command(const ServerOptions& opt) {
     Json a;
     a["name"] = allocators[k].name;
     a["preload"] = allocators[k].preload;
-    a["throughput"] = command_json(rps, true, k);
-    a["cpu_us_per_request"] = command_json(cpu, false, k);
+    a["throughput"] = command_json(rps, true, rps_paired, k);
+    a["cpu_us_per_request"] = command_json(cpu, false, cpu_paired, k);
     Json mem = Json::object();
     for (const auto& m : memory_metrics()) mem[m.key] = summary_json(memory_summary(k, m));
     mem["bench_peak_rss_mib"] = summary_json(bench_peak(k));

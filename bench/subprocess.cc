@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/syscall.h>
@@ -112,12 +113,36 @@ SpawnResult spawn(const std::vector<std::string>& argv, const SpawnOptions& opti
   pid_t pid = -1;
   const auto start = std::chrono::steady_clock::now();
   auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
-  const int rc = ::posix_spawnp(&pid, cargv[0], &fa, nullptr, cargv.data(), cenv.data());
+  // The child inherits the affinity of the thread that spawns it: this
+  // thread takes the child's CPUs for the spawn and its own back after.
+  cpu_set_t own;
+  CPU_ZERO(&own);
+  const bool pin = !options.cpus.empty();
+  int rc = 0;
+  const char* what = "spawn ";
+  if (pin) {
+    what = "sched_setaffinity for ";
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (::sched_getaffinity(0, sizeof own, &own) != 0) rc = errno;
+    // Only CPUs this thread may use (the kernel's answer to others varies).
+    for (const int c : options.cpus)
+      if (c < 0 || c >= CPU_SETSIZE || !CPU_ISSET(c, &own)) rc = EINVAL;
+      else CPU_SET(c, &set);
+    if (rc == 0 && ::sched_setaffinity(0, sizeof set, &set) != 0) rc = errno;
+  }
+  if (rc == 0) {
+    what = "spawn ";
+    rc = ::posix_spawnp(&pid, cargv[0], &fa, nullptr, cargv.data(), cenv.data());
+    if (pin) ::sched_setaffinity(0, sizeof own, &own);
+  } else {
+    pid = -1;
+  }
   posix_spawn_file_actions_destroy(&fa);
   for (int& fd : theirs) close_fd(fd);
   if (rc != 0) {
     for (int& fd : ours) close_fd(fd);
-    r.start_error = "spawn " + argv[0] + ": " + std::strerror(rc);
+    r.start_error = what + argv[0] + ": " + std::strerror(rc);
     return r;
   }
   r.started = true;

@@ -29,6 +29,9 @@ struct SpawnOptions {
   // The child is killed (SIGKILL) when it has not finished after this long;
   // 0: no limit.
   double timeout_s = 0;
+  // The CPUs the child may run on (its affinity, which its threads and
+  // children inherit); empty: ours.  A CPU we may not use fails the start.
+  std::vector<int> cpus;
 };
 
 struct SpawnResult {

@@ -1,5 +1,6 @@
 #include "args.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdio>
@@ -102,6 +103,29 @@ std::vector<std::string> split_list(std::string_view text) {
     else cur += c;
   }
   flush();
+  return out;
+}
+
+std::optional<std::vector<int>> parse_cpu_list(std::string_view text) {
+  constexpr long kMaxCpu = 4095;
+  std::vector<int> out;
+  for (const auto& item : split_list(text)) {
+    long first = -1, last = -1;
+    char* end = nullptr;
+    first = std::strtol(item.c_str(), &end, 10);
+    if (end == item.c_str() || first < 0) return std::nullopt;
+    last = first;
+    if (*end == '-') {
+      const char* start = end + 1;
+      last = std::strtol(start, &end, 10);
+      if (end == start || last < first) return std::nullopt;
+    }
+    if (*end != '\0' || last > kMaxCpu) return std::nullopt;
+    for (long c = first; c <= last; ++c) out.push_back(static_cast<int>(c));
+  }
+  if (out.empty()) return std::nullopt;
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
   return out;
 }
 

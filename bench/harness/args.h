@@ -25,6 +25,11 @@ std::optional<double> parse_seconds(std::string_view text);
 // Splits "a,b,,c" on commas (and whitespace), dropping empty items.
 std::vector<std::string> split_list(std::string_view text);
 
+// A CPU list as in /proc/PID/status's Cpus_allowed_list and taskset -c:
+// "1", "0,2", "0-3,6" -> the CPU numbers, ascending, each once.  nullopt when
+// empty or malformed (a range whose end is below its start, a number above 4095).
+std::optional<std::vector<int>> parse_cpu_list(std::string_view text);
+
 // "VAR=value" -> {"VAR","value"}; nullopt if there is no '=' or VAR is empty
 // or VAR has characters other than [A-Za-z0-9_].
 std::optional<std::pair<std::string, std::string>> parse_assignment(std::string_view text);

@@ -35,6 +35,17 @@ std::optional<double> speedup(double value, double reference, bool higher_is_bet
   return higher_is_better ? value / reference : reference / value;
 }
 
+std::vector<double> paired_ratios(const std::map<int, double>& values, const std::map<int, double>& reference,
+                                  bool higher_is_better) {
+  std::vector<double> out;
+  for (const auto& [key, value] : values) {
+    const auto ref = reference.find(key);
+    if (ref == reference.end()) continue;
+    if (const auto r = speedup(value, ref->second, higher_is_better)) out.push_back(*r);
+  }
+  return out;
+}
+
 std::optional<std::size_t> best_index(const std::vector<double>& values, bool higher_is_better,
                                       std::size_t exclude) {
   std::optional<std::size_t> best;

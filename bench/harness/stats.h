@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -29,6 +30,16 @@ std::optional<Summary> summarize(const std::vector<double>& values);
 // higher metric is better, reference/value when lower is better.  So > 1
 // always means "better than the reference".  nullopt when either is <= 0.
 std::optional<double> speedup(double value, double reference, bool higher_is_better);
+
+// Paired ratios: for every key (a repetition) that both `values` and
+// `reference` have, speedup(value, reference, higher_is_better), in key
+// order; pairs where speedup is nullopt (a value <= 0) are left out.  The two
+// runs of one repetition ran close together, so what drifts between
+// repetitions (other work on the machine, the clock) moves both alike and
+// the ratio cancels it; the median of these ratios ranks two allocators
+// where the ratio of their medians, taken from different moments, cannot.
+std::vector<double> paired_ratios(const std::map<int, double>& values, const std::map<int, double>& reference,
+                                  bool higher_is_better);
 
 // Index of the best value (largest when higher is better, smallest
 // otherwise), skipping index `exclude` (pass npos to skip nothing).

@@ -119,6 +119,16 @@ std::optional<MemSample> read_mem_sample() {
   return s;
 }
 
+std::vector<int> usable_cpus() {
+  std::vector<int> out;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) != 0) return out;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &set)) out.push_back(c);
+  return out;
+}
+
 unsigned online_cpus() {
   cpu_set_t set;
   CPU_ZERO(&set);

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 #include <string_view>
 
 namespace lazybench {
@@ -65,6 +66,10 @@ std::string load_average();
 
 // Number of CPUs this process may run on.
 unsigned online_cpus();
+
+// The CPUs this thread may run on (its affinity), ascending; empty if
+// unknown.
+std::vector<int> usable_cpus();
 
 // `uname -r`.
 std::string kernel_release();

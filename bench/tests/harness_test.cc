@@ -3,6 +3,7 @@
 // the `run` command's option handling (in-process).
 #include <gtest/gtest.h>
 
+#include <sched.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -11,6 +12,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -60,6 +62,33 @@ TEST(Stats, SpeedupFollowsMetricDirection) {
   EXPECT_FALSE(speedup(0, 100, true));
   EXPECT_FALSE(speedup(100, 0, false));
   EXPECT_FALSE(speedup(NAN, 1, true));
+}
+
+// Paired ratios (lazybench server): each repetition's value against the
+// reference's of the same repetition.  Here the machine's speed halves and
+// doubles between repetitions (the reference's own runs spread 100..400)
+// while the allocator is 10% faster in two of three: the ratio of the
+// medians (140 / 200 = 0.70x) calls it slower, the median of the paired
+// ratios says 1.10x.
+TEST(Stats, PairedRatiosCancelDriftBetweenRepetitions) {
+  const std::map<int, double> reference = {{1, 100}, {2, 400}, {3, 200}};
+  const std::map<int, double> values = {{1, 110}, {2, 440}, {3, 140}};
+  const auto ratios = paired_ratios(values, reference, true);
+  ASSERT_EQ(ratios.size(), 3u);
+  EXPECT_DOUBLE_EQ(ratios[0], 1.1);  // in repetition order
+  EXPECT_DOUBLE_EQ(ratios[1], 1.1);
+  EXPECT_DOUBLE_EQ(ratios[2], 0.7);
+  EXPECT_DOUBLE_EQ(summarize(ratios)->median, 1.1);
+  EXPECT_NEAR(*speedup(median({110, 440, 140}), median({100, 400, 200}), true), 0.7, 1e-12);
+  // Lower is better (CPU per request): reference / value.
+  const auto cpu = paired_ratios({{1, 0.5}, {2, 2.0}}, {{1, 1.0}, {2, 1.0}}, false);
+  EXPECT_EQ(cpu, (std::vector<double>{2.0, 0.5}));
+  // Only repetitions that both have; a value <= 0 (a failed or unmeasurable
+  // run) pairs with nothing.
+  EXPECT_EQ(paired_ratios({{1, 10}, {2, 20}, {4, 0}}, {{2, 10}, {3, 10}, {4, 10}}, true), (std::vector<double>{2.0}));
+  EXPECT_TRUE(paired_ratios({}, reference, true).empty());
+  // Against itself: 1 in every repetition.
+  EXPECT_EQ(paired_ratios(reference, reference, true), (std::vector<double>{1.0, 1.0, 1.0}));
 }
 
 TEST(Stats, BestIndexSkipsExcludedAndNan) {
@@ -246,6 +275,14 @@ TEST(Args, ListsAssignmentsAndWords) {
   EXPECT_EQ(*split_words("-S 2 --size '16 K' \"a b\" c\\ d"),
             (std::vector<std::string>{"-S", "2", "--size", "16 K", "a b", "c d"}));
   EXPECT_FALSE(split_words("'open"));
+}
+
+TEST(Args, CpuLists) {
+  EXPECT_EQ(*parse_cpu_list("1"), (std::vector<int>{1}));
+  EXPECT_EQ(*parse_cpu_list("0-3,6"), (std::vector<int>{0, 1, 2, 3, 6}));
+  EXPECT_EQ(*parse_cpu_list("5,2,2-3"), (std::vector<int>{2, 3, 5}));  // sorted, each once
+  for (const char* bad : {"", ",", "a", "1-", "-1", "3-1", "1-2x", "4096", "0-5000"})
+    EXPECT_FALSE(parse_cpu_list(bad)) << bad;
 }
 
 TEST(Args, AllocatorSpecs) {
@@ -548,6 +585,26 @@ TEST(Spawn, EnvironmentStdinStderrAndStatus) {
   EXPECT_FALSE(r.started);
   EXPECT_EQ(r.status_text().rfind("spawn /nonexistent/lazybench-no-such-program: ", 0), 0u) << r.status_text();
   EXPECT_FALSE(r.ok());
+}
+
+// The child runs on the CPUs asked for (and its children too); the spawning
+// thread keeps its own.
+TEST(Spawn, PinsTheChildToItsCpus) {
+  const std::vector<int> ours = usable_cpus();
+  ASSERT_FALSE(ours.empty());
+  SpawnOptions o;
+  o.cpus = {ours.back()};
+  auto r = spawn({"sh", "-c", "grep Cpus_allowed_list /proc/self/status"}, o);
+  ASSERT_TRUE(r.ok()) << r.describe();
+  EXPECT_EQ(r.out, "Cpus_allowed_list:\t" + std::to_string(ours.back()) + "\n");
+  EXPECT_EQ(usable_cpus(), ours);
+  // A CPU we may not use: no start, and the reason.
+  ASSERT_EQ(std::find(ours.begin(), ours.end(), CPU_SETSIZE - 1), ours.end());
+  o.cpus = {CPU_SETSIZE - 1};
+  r = spawn({"true"}, o);
+  EXPECT_FALSE(r.started);
+  EXPECT_EQ(r.status_text().rfind("sched_setaffinity for true: ", 0), 0u) << r.status_text();
+  EXPECT_EQ(usable_cpus(), ours);
 }
 
 TEST(Spawn, TimeoutKillsTheChild) {

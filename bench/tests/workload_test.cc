@@ -377,14 +377,16 @@ TEST(Server, QuickRunReportsEveryAllocatorAndCommand) {
   const std::vector<std::string> commands = {"SET", "GET", "LPUSH", "LPOP"};
   const std::vector<std::string> memory = {"start_rss_mib", "start_held_mib", "loaded_rss_mib", "peak_rss_mib",
                                            "idle_held_mib", "wait_rss_mib",   "wait_held_mib",  "bench_peak_rss_mib"};
-  // Progress: two phases per allocator and repetition.
-  const std::string runs = std::to_string(4 * allocators.size());
+  // Progress: per repetition, each command under every allocator, then the
+  // memory phase of every allocator (both repetitions: --memory-reps 3).
+  const std::string runs = std::to_string((4 * 2 + 2) * allocators.size());
   std::string last = "[";
   last += runs;
   last += "/";
   last += runs;
   last += "] memory under ";
   EXPECT_NE(r.err.find(last), std::string::npos) << r.err;
+  for (const auto& a : allocators) EXPECT_NE(r.err.find("] rep 2 lpop under " + a + " ... LPOP "), std::string::npos) << r.err;
 
   // results.json: medians over both repetitions.
   const auto json = nlohmann::json::parse(slurp(fs::path(g_server_out) / "results.json"));
@@ -399,12 +401,20 @@ TEST(Server, QuickRunReportsEveryAllocatorAndCommand) {
       EXPECT_EQ(t.at("runs"), 2) << allocators[k] << " " << cmd;
       EXPECT_GT(t.at("median").get<double>(), 0) << allocators[k] << " " << cmd;
       EXPECT_GT(t.at("vs_glibc").get<double>(), 0) << allocators[k] << " " << cmd;
+      // The paired ratios: one per repetition; glibc's against itself 1.
+      const auto& p = t.at("paired_vs_glibc");
+      EXPECT_EQ(p.at("runs"), 2) << allocators[k] << " " << cmd;
+      EXPECT_GT(p.at("min").get<double>(), 0) << allocators[k] << " " << cmd;
+      EXPECT_LE(p.at("min").get<double>(), p.at("median").get<double>()) << allocators[k] << " " << cmd;
+      EXPECT_GE(p.at("max").get<double>(), p.at("median").get<double>()) << allocators[k] << " " << cmd;
+      if (allocators[k] == "glibc") EXPECT_EQ(p.at("median").get<double>(), 1.0) << cmd;
       // Server CPU per request: clock ticks, so a command of 20,000
       // requests may round to 0 (the sum over a run's commands is checked
       // in results.csv below).
       const auto& c = a.at("cpu_us_per_request").at(cmd);
       EXPECT_EQ(c.at("runs"), 2) << allocators[k] << " " << cmd;
       EXPECT_GE(c.at("median").get<double>(), 0) << allocators[k] << " " << cmd;
+      EXPECT_TRUE(c.contains("paired_vs_glibc")) << allocators[k] << " " << cmd;
     }
     const auto& m = a.at("memory");
     for (const auto& key : memory) {
@@ -436,6 +446,8 @@ TEST(Server, QuickRunReportsEveryAllocatorAndCommand) {
   }
   for (const auto& a : allocators) EXPECT_NE(md.find("\n| " + a + " "), std::string::npos) << md;
   EXPECT_NE(md.find("### Server CPU per request"), std::string::npos) << md;
+  EXPECT_NE(md.find("### Requests/s against glibc, paired"), std::string::npos) << md;
+  EXPECT_NE(md.find("- CPUs: servers "), std::string::npos) << md;
   for (const char* column : {"start Rss", "start held", "loaded Rss", "peak (VmHWM)", "held after idle", "Rss after wait",
                              "settled", "bench peak"})
     EXPECT_NE(md.find(column), std::string::npos) << column;
