@@ -407,7 +407,9 @@ TEST(Server, QuickRunReportsEveryAllocatorAndCommand) {
       EXPECT_GT(p.at("min").get<double>(), 0) << allocators[k] << " " << cmd;
       EXPECT_LE(p.at("min").get<double>(), p.at("median").get<double>()) << allocators[k] << " " << cmd;
       EXPECT_GE(p.at("max").get<double>(), p.at("median").get<double>()) << allocators[k] << " " << cmd;
-      if (allocators[k] == "glibc") EXPECT_EQ(p.at("median").get<double>(), 1.0) << cmd;
+      if (allocators[k] == "glibc") {
+        EXPECT_EQ(p.at("median").get<double>(), 1.0) << cmd;
+      }
       // Server CPU per request: clock ticks, so a command of 20,000
       // requests may round to 0 (the sum over a run's commands is checked
       // in results.csv below).
