@@ -424,9 +424,17 @@ bool span_can_take(const Span* s) { return s->free || s->reserved < s->capacity;
 // (span_take_tail) instead of walking the list its flushes linked, and the
 // carve limit the checks test (check_limit) drops back, so a free of an
 // object from before is reported as the double free it is (carved_max).
-// Not in secure mode, whose carves are shuffled.  REQUIRES the heap held.
+// Not in secure mode, whose carves are shuffled.  Nor while remote frees
+// wait on `xfree`: collect_remote takes the list and then the count, so a
+// run pushed between the two is counted off `used` while it still waits
+// on the list, and `used` may read 1 with objects there; a restart would
+// then hand them out by address and again from the list when collected
+// (xmalloc reported it as a double free).  With the list empty every run
+// pushed was taken, and `used` is at least what is outstanding (a count
+// not yet taken only adds).  REQUIRES the heap held.
 void span_restart_if_empty(Span* s) {
-  if (g_secure || s->used != 1 || s->reserved == 0 || span_has_purged(s)) return;
+  if (g_secure || (s->xfree.load(std::memory_order_acquire) & ~kXfreeMask) != 0) return;
+  if (s->used != 1 || s->reserved == 0 || span_has_purged(s)) return;
   s->free = s->local_free = nullptr;
   if (s->reserved > s->carved_max) __atomic_store_n(&s->carved_max, uint16_t(s->reserved), __ATOMIC_RELAXED);
   __atomic_store_n(&s->reserved, 0u, __ATOMIC_RELAXED);

@@ -535,6 +535,40 @@ TEST(Batches, ASpanWhoseObjectsAllCameBackStartsOverFromItsFirstObject) {
   EXPECT_EQ(lm_check_invariants(), nullptr);
 }
 
+// A span does not start over while remote frees wait on its `xfree` list,
+// even when `used` reads 1: collect_remote takes the list and then the
+// count, so a run another thread pushes between the two is counted off
+// `used` before its objects leave the list (done here by hand: the count
+// taken, the list left).  Before, the span started over, handed that
+// object out by address and then again from the list once collected: the
+// same object twice (xmalloc: "double free").
+TEST(Batches, ASpanWithRemoteFreesWaitingDoesNotStartOver) {
+  std::thread([] {
+    constexpr size_t kSize = 720;  // 91 a span
+    std::vector<char*> v(80);
+    for (auto& p : v) p = static_cast<char*>(lm_malloc(kSize));
+    Span* s = detail::g.backend.span_of(v[0]);
+    ASSERT_EQ(detail::g.backend.span_of(v.back()), s) << "one span";
+    for (size_t i = 1; i < v.size(); ++i) lm_free(v[i]);
+    detail::bins_return_all(detail::tl_heap, false);
+    ASSERT_EQ(s->used, 2u) << "the phantom and v[0]";
+    std::thread([&] { lm_free(v[0]); }).join();  // a thread without a heap: straight onto xfree
+    ASSERT_NE(s->xfree.load() & ~kXfreeMask, 0u);
+    // The interleaving: the run's count taken, its list not yet.
+    detail::span_used_add(s, uint32_t(0) - s->xfree_count.exchange(0));
+    ASSERT_EQ(s->used, 1u);
+    const uint64_t restarts0 = stat("span_restarts");
+    std::vector<char*> w;
+    for (uint32_t i = 0; i < s->capacity + 8; ++i) w.push_back(static_cast<char*>(lm_malloc(kSize)));
+    EXPECT_EQ(stat("span_restarts"), restarts0);
+    std::vector<char*> sorted = w;
+    std::sort(sorted.begin(), sorted.end());
+    EXPECT_EQ(std::adjacent_find(sorted.begin(), sorted.end()), sorted.end()) << "an object handed out twice";
+    for (char* p : w) lm_free(p);
+  }).join();
+  EXPECT_EQ(lm_check_invariants(), nullptr);
+}
+
 // A class the thread stopped using gives back its cache and then its
 // current span, once empty, instead of keeping it until the whole thread
 // is quiet for the collector (class_idle): batch's 20 classes each held a
