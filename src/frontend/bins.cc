@@ -85,6 +85,13 @@ void bin_grow(unsigned c, uint32_t limit) {
   bin_set_cap(c, std::min<uint32_t>(2u * tl_bin_cap[c], limit));
 }
 
+// REQUIRES bin c enabled, each stack holding at most max(bin_cap, held).
+// A bin grown past bin_cap(c) goes back to it, or to `held` if more (what
+// its stacks still hold); a warming bin keeps its capacity.
+void bin_shrink(unsigned c, uint32_t held = 0) {
+  if (tl_bin_cap[c] > kClasses.bin_cap[c]) bin_set_cap(c, std::max<uint32_t>(kClasses.bin_cap[c], held));
+}
+
 inline uint64_t bin_fingerprint(const Bin& b) {
   return reinterpret_cast<uintptr_t>(b.top) ^ (reinterpret_cast<uintptr_t>(b.ftop) << 1);
 }
@@ -218,10 +225,7 @@ void bins_to_start(Heap* h) {
       tl_bin_fbase[c] = fstart;
       bin.ftop = fstart + n;
     }
-    if (tl_bin_cap[c] > kClasses.bin_cap[c]) {
-      uint32_t held = std::max(uint32_t(bin.top - bin.base), uint32_t(bin.ftop - fstart));
-      bin_set_cap(c, std::max<uint32_t>(kClasses.bin_cap[c], held));
-    }
+    bin_shrink(c, std::max(uint32_t(bin.top - bin.base), uint32_t(bin.ftop - fstart)));
   }
   h->bins_taken = false;
 }
@@ -276,7 +280,7 @@ void bin_freeing(Heap* h, unsigned c) {
   {
     HeapGuard guard(h);
     pending = bin_flush_held(h, c, 0);
-    if (tl_bin_cap[c] > kClasses.bin_cap[c]) bin_set_cap(c, kClasses.bin_cap[c]);
+    bin_shrink(c);
   }
   if (pending) heap_work_arrived();
 }
@@ -314,7 +318,7 @@ void bin_event(Heap* h, unsigned c, bool miss) {
         if (bin_count(bin, k) != 0) {
           pending |= bin_flush_held(h, k, 0);
           heap_count(h, HeapStat::cache_idle_flushes);
-          bin_set_cap(k, std::min<uint32_t>(tl_bin_cap[k], kClasses.bin_cap[k]));  // (empty now)
+          bin_shrink(k);  // (empty now)
         }
         class_idle(h, k);
       } else if (grow && misses >= kBinGrowMisses && tl_bin_cap[k] < kClasses.bin_cap_max[k]) {
