@@ -130,12 +130,7 @@ std::vector<int> usable_cpus() {
 }
 
 unsigned online_cpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (::sched_getaffinity(0, sizeof set, &set) == 0) {
-    const int n = CPU_COUNT(&set);
-    if (n > 0) return static_cast<unsigned>(n);
-  }
+  if (const auto cpus = usable_cpus(); !cpus.empty()) return static_cast<unsigned>(cpus.size());
   const long n = ::sysconf(_SC_NPROCESSORS_ONLN);
   return n > 0 ? static_cast<unsigned>(n) : 1u;
 }

@@ -43,7 +43,6 @@ namespace {
 struct Inbox {
   std::mutex mutex;
   std::vector<unsigned char*> objects;
-  std::atomic<bool> nonempty{false};
   std::atomic<std::size_t> size{0};  // objects.size(), read without the lock
 };
 
@@ -140,11 +139,10 @@ class Rptest final : public Workload {
           std::uint64_t i = 0, rounds = 0;
           // Frees what the previous thread handed over.
           auto drain = [&] {
-            if (!in.nonempty.load(std::memory_order_acquire)) return;
+            if (in.size.load(std::memory_order_acquire) == 0) return;
             {
               std::lock_guard lock(in.mutex);
               got.swap(in.objects);
-              in.nonempty.store(false, std::memory_order_relaxed);
               in.size.store(0, std::memory_order_relaxed);
             }
             if (got.size() > backlog[t]) backlog[t] = got.size();
@@ -173,8 +171,7 @@ class Rptest final : public Workload {
                     } else {
                       std::lock_guard lock(next.mutex);
                       next.objects.insert(next.objects.end(), out.begin(), out.end());
-                      next.nonempty.store(true, std::memory_order_release);
-                      next.size.store(next.objects.size(), std::memory_order_relaxed);
+                      next.size.store(next.objects.size(), std::memory_order_release);
                       out.clear();
                     }
                   }
