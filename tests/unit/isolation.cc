@@ -8,6 +8,7 @@
 #include <atomic>
 
 #include "core/options.h"
+#include "frontend/heap.h"
 
 namespace lazymalloc::test {
 namespace {
@@ -18,6 +19,12 @@ class RestoreOptions : public ::testing::EmptyTestEventListener {
   }
   void OnTestEnd(const ::testing::TestInfo&) override {
     for (unsigned i = 0; i < kOptionCount; ++i) g_option_values[i].store(found_[i]);
+    // The heaps of the test's threads, pooled when they exited, go to the
+    // next threads with whatever the test left in them (cached objects,
+    // spans parked or current): collected here, as a process that ran the
+    // test alone would never see them, they keep only live objects' spans.
+    lm_thread_collect();
+    for (int pass = 0; pass < 2; ++pass) lm_collect_idle_heaps(~uint64_t(0) >> 1, 0);
   }
 
   int64_t found_[kOptionCount] = {};
