@@ -542,7 +542,7 @@ TEST_F(BackendTest, HugepageAdviceLeavesThinTouchedSlotsOnSmallPages) {
     return out;
   };
   // Seven slots of two 1 MiB spans each, every page written but in slot
-  // 1's second span (64 KiB of it written: 17 of 32 units' worth untouched).
+  // 1's second span (64 KiB of it written: 15 of 32 units' worth untouched).
   std::vector<Span*> spans;
   for (unsigned i = 0; i < 14; ++i) {
     Span* s = backend->alloc_units_span(16);
