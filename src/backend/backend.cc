@@ -369,8 +369,8 @@ bool Backend::hugepages_pay(uint64_t active, uint64_t more_huge) const {
   return policy_->hugepages_pay(huge_arenas_, active, held, uint64_t(unit_slots_) * kSlotSize);
 }
 
-// The sparse slots keep MADV_NOHUGEPAGE: one call per run of them after
-// the arena's.
+// The slots that keep 4 KiB pages under the arenas' advice get
+// MADV_NOHUGEPAGE: one call per run of them after the arena's.
 void Backend::advise_arenas_huge() {
   __atomic_store_n(&huge_arenas_, true, __ATOMIC_RELAXED);  // arenas_huge() reads it unlocked
   stats_->set(Stat::hugepage_advice, 1);
@@ -378,17 +378,35 @@ void Backend::advise_arenas_huge() {
     platform_->advise_hugepage(platform_->ctx, reinterpret_cast<void*>(a->base), a->nslots * kSlotSize, true);
     size_t i = 0;
     while (i < a->nslots) {
-      if (!a->slots[i].sparse) {
+      if (!keeps_small_pages(a->slots[i])) {
         a->slots[i++].nohuge = false;
         continue;
       }
       size_t j = i;
-      while (j < a->nslots && a->slots[j].sparse) a->slots[j++].nohuge = true;
+      do {
+        a->slots[j++].nohuge = true;
+      } while (j < a->nslots && keeps_small_pages(a->slots[j]));
+      stats_->add(Stat::hugepage_thin_slots, j - i);
       platform_->advise_hugepage(platform_->ctx, reinterpret_cast<void*>(a->slots[i].base), (j - i) * kSlotSize,
                                  false);
       i = j;
     }
   }
+}
+
+// Whether slot `m` keeps its 4 KiB pages when the arenas are advised: a
+// sparse slot always; a slot already touched (cut into units, or holding
+// resident free units, or being purged) unless what is resident in it now
+// (Platform::resident_pages) makes its collapse by khugepaged pay
+// (SlotPolicy::touched_slot_pays).  Untouched slots and huge blocks take
+// the advice.
+bool Backend::keeps_small_pages(const SlotMeta& m) const {
+  if (m.sparse) return true;
+  if (m.kind == SlotKind::kHuge) return false;
+  if (m.kind == SlotKind::kFree && (m.retained | m.lazy) == 0) return false;
+  long pages = platform_->resident_pages(platform_->ctx, reinterpret_cast<void*>(m.base), kSlotSize);
+  if (pages < 0) return false;  // unknown: as before, the arena's advice
+  return !policy_->touched_slot_pays(uint64_t(pages) * kOsPageSize, kSlotSize);
 }
 
 // One call per run of slots that are not part of a huge block (those stay

@@ -178,6 +178,11 @@ class SlotPolicy {
   // slots (not huge blocks, not pages purged inside spans) that span
   // `unit_slot_bytes`.
   virtual bool hugepages_pay(bool advised, uint64_t active, uint64_t held, uint64_t unit_slot_bytes) const = 0;
+  // Whether a slot already touched on 4 KiB pages, `resident` bytes of its
+  // `slot_bytes` resident now (Platform::resident_pages), is advised
+  // MADV_HUGEPAGE with its arena (khugepaged then fills its untouched
+  // pages); otherwise it is advised MADV_NOHUGEPAGE on its own.
+  virtual bool touched_slot_pays(uint64_t resident, uint64_t slot_bytes) const = 0;
 
  protected:
   ~SlotPolicy() = default;
@@ -386,6 +391,7 @@ class Backend {
   // bytes go to a huge block, which does not fill the unit slots).
   bool admit(size_t more_active_bytes, bool huge);
   void advise_arenas_huge();
+  bool keeps_small_pages(const SlotMeta& m) const;  // advise_arenas_huge: MADV_NOHUGEPAGE on its own
   void withdraw_arenas_huge();
   bool hugepages_pay(uint64_t active, uint64_t more_huge = 0) const;
   void review_hugepages_locked();

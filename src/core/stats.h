@@ -97,6 +97,8 @@ class Writer;
     "hugepage_threshold and fills its slots densely enough for hugepages to pay)")                 \
   X(hugepage_withdrawals, counter, "times the arenas' hugepage advice was withdrawn because the heap "  \
     "had become sparse after purges (khugepaged would fill the purged holes back in)")             \
+  X(hugepage_thin_slots, counter, "slots already touched on 4 KiB pages and too sparse for a "     \
+    "collapse into a hugepage to pay, advised MADV_NOHUGEPAGE when the arenas were advised")        \
   X(huge_kept, counter, "huge blocks freed and kept RETAINED for reuse (within huge_retain)")    \
   X(huge_released, counter, "huge blocks freed and handed to the release workers at once")       \
   X(release_inflight_bytes, gauge, "bytes of freed huge blocks queued or being released (their "  \

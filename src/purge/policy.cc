@@ -40,6 +40,8 @@ bool hugepages_pay(bool advised, uint64_t active, uint64_t held, uint64_t unit_s
   return active >= threshold && held * 2 >= unit_slot_bytes;
 }
 
+bool touched_slot_pays(uint64_t resident, uint64_t slot_bytes) { return resident * 8 >= slot_bytes * 7; }
+
 }  // namespace release_policy
 
 uint8_t ReleasePolicy::reuse_shift(const SlotMeta& m, uint64_t now, bool* premature) const {
@@ -65,6 +67,10 @@ bool ReleasePolicy::keep_huge(const SlotMeta& first, uint64_t bytes, uint64_t re
 bool ReleasePolicy::hugepages_pay(bool advised, uint64_t active, uint64_t held, uint64_t unit_slot_bytes) const {
   return release_policy::hugepages_pay(advised, active, held, unit_slot_bytes,
                                        uint64_t(option(Opt::hugepage_threshold)));
+}
+
+bool ReleasePolicy::touched_slot_pays(uint64_t resident, uint64_t slot_bytes) const {
+  return release_policy::touched_slot_pays(resident, slot_bytes);
 }
 
 namespace {

@@ -66,6 +66,15 @@ bool keep_huge(uint8_t shift, uint64_t retained, uint64_t bytes, uint64_t retain
 // the threshold with at least half: the band between keeps a heap near
 // one edge from switching back and forth.
 bool hugepages_pay(bool advised, uint64_t active, uint64_t held, uint64_t unit_slot_bytes, uint64_t threshold);
+// Whether a slot already touched on 4 KiB pages (`resident` bytes of its
+// `slot_bytes` resident now) should be advised MADV_HUGEPAGE with its
+// arena.  Advised, it is collapsed by khugepaged (max_ptes_none 511 by
+// default: one present page is enough) into a whole 2 MiB page within
+// seconds of the advice (rptest: its three first slots, 106, 252 and 305
+// of 512 pages resident, each collapsed within a second), which makes its
+// untouched pages (uncarved span tails, free units never used) resident.
+// So only a slot whose collapse adds at most an eighth of it.
+bool touched_slot_pays(uint64_t resident, uint64_t slot_bytes);
 
 }  // namespace release_policy
 
@@ -79,6 +88,7 @@ class ReleasePolicy final : public SlotPolicy {
   uint64_t due_ns(const SlotMeta& m, uint64_t stamp, uint64_t base_ns, const PurgeSelect& sel) const override;
   bool keep_huge(const SlotMeta& first, uint64_t bytes, uint64_t retained, uint64_t retain_budget) const override;
   bool hugepages_pay(bool advised, uint64_t active, uint64_t held, uint64_t unit_slot_bytes) const override;
+  bool touched_slot_pays(uint64_t resident, uint64_t slot_bytes) const override;
 };
 
 // The process's one ReleasePolicy.

@@ -103,5 +103,16 @@ TEST(ReleasePolicyTest, HugepagesPayFromTheThresholdWhileTheSlotsAreDense) {
   EXPECT_TRUE(rp::hugepages_pay(true, 0, 0, 0, threshold));              // nothing in unit slots
 }
 
+// A slot touched on 4 KiB pages is worth a collapse into a hugepage when
+// that adds at most an eighth of it.
+TEST(ReleasePolicyTest, ATouchedSlotPaysForItsCollapseWhenAtMostAnEighthIsMissing) {
+  const uint64_t slot = 2 * kMiB;
+  EXPECT_TRUE(rp::touched_slot_pays(slot, slot));
+  EXPECT_TRUE(rp::touched_slot_pays(slot - slot / 8, slot));
+  EXPECT_FALSE(rp::touched_slot_pays(slot - slot / 8 - 4096, slot));
+  EXPECT_FALSE(rp::touched_slot_pays(424 * 1024, slot));  // rptest's first slot: 106 pages
+  EXPECT_FALSE(rp::touched_slot_pays(0, slot));
+}
+
 }  // namespace
 }  // namespace lazymalloc
