@@ -418,7 +418,7 @@ TEST_P(SmallRelease, SpansEmptiedByRemoteFreesGoBackAtTheOwnersNextRefill) {
 // frees waiting on its `xfree` list gives it back (return_run,
 // release_if_emptied): before, such spans stayed in their queue, empty,
 // until a refill walked that far or the collector came (issue #16,
-// rptest: 15-23 of them, about 1-1.5 MiB, at its peak).
+// rptest: 12-23 of them, 0.75-1.4 MiB, at its peak).
 TEST_P(SmallRelease, SpansEmptiedByALocalFreeAfterRemoteOnesGoBackAtOnce) {
   lm_thread_collect();
   const uint64_t spans0 = stat("small_spans");
