@@ -444,8 +444,9 @@ void span_restart_if_empty(Span* s) {
 
 // A span of heap h's queues that came off its delayed stack: a remote free
 // found that its run left no object of the span outstanding (remote_push),
-// or h's own free queued it again after a remote free had notified it.
-// Its remote frees are collected, and an empty span goes back to the
+// or h's own free queued it again after a remote free had notified it; or
+// one whose every outstanding object waits on `xfree` after h's own return
+// (return_run: the last object back was a local one).  Its remote frees are collected, and an empty span goes back to the
 // backend now, where any class of any heap reuses its units, instead of
 // waiting in the queue behind spans with free objects, which the owner's
 // refills take first (issue #16: rptest held about as many such spans as
@@ -615,7 +616,14 @@ bool return_run(Heap* h, Span* s, Block* first, Block* last, uint32_t n) {
     s->local_free = first;
     span_used_add(s, -n);
     h->returned_bytes += uint64_t(n) * s->obj_size;
-    if (s->used == 0 || s->in_full) local_free_attention(h, s);
+    if (s->used == 0 || s->in_full) {
+      local_free_attention(h, s);
+    } else if (s->used == s->xfree_count.load(std::memory_order_relaxed)) {
+      // Every object still counted in `used` waits on `xfree`: the span
+      // is empty once they are collected (remote_push notices only a
+      // remote run that empties a span; this local one did).
+      release_if_emptied(h, s);
+    }
     return false;
   }
   return remote_push(h, s, first, last, n);
