@@ -22,6 +22,22 @@ using test::kMiB;
 class BackendTest : public test::PurgeFixture {
  protected:
   BackendTest() : PurgeFixture(kPurgeDecay) {}
+
+  // Hugepage advice the fake recorded since the last call (from `seen_`):
+  // (address, length, huge); only the MADV_HUGEPAGE calls with `huge_only`.
+  using HugeAdvice = std::vector<std::tuple<uintptr_t, size_t, bool>>;
+  HugeAdvice advice_since(bool huge_only = false) {
+    HugeAdvice out;
+    for (size_t i = seen_; i < fake.hugepage_advice.size(); ++i) {
+      const auto& c = fake.hugepage_advice[i];
+      if (c.huge || !huge_only) out.emplace_back(reinterpret_cast<uintptr_t>(c.addr), c.len, c.huge);
+    }
+    seen_ = fake.hugepage_advice.size();
+    return out;
+  }
+  void skip_advice() { seen_ = fake.hugepage_advice.size(); }
+
+  size_t seen_ = 0;
 };
 
 TEST_F(BackendTest, UnitSpansAreAlignedMappedAndFreshMemoryIsZero) {
@@ -413,26 +429,16 @@ TEST_F(BackendTest, HugepageAdviceIsWithdrawnWhenPurgesLeaveTheHeapSparse) {
   set(Opt::hugepage_threshold, 8 * kMiB);
   backend->init(fake.get(), stats.get(), 64 * kMiB, true);
   fake.resident_answer = long(kSlotSize / kOsPageSize);  // the slots' pages are all touched: dense
-  using Advice = std::vector<std::tuple<uintptr_t, size_t, bool>>;
   std::vector<Span*> units{backend->alloc(kUnitSize, 16)};
   ASSERT_NE(units[0], nullptr);
-  size_t seen = fake.hugepage_advice.size();  // the unit map's leaf
-  auto advice_since = [&] {
-    Advice out;
-    for (size_t i = seen; i < fake.hugepage_advice.size(); ++i) {
-      const auto& c = fake.hugepage_advice[i];
-      out.emplace_back(reinterpret_cast<uintptr_t>(c.addr), c.len, c.huge);
-    }
-    seen = fake.hugepage_advice.size();
-    return out;
-  };
+  skip_advice();  // the unit map's leaf
   for (unsigned i = 1; i < 5 * kUnitsPerSlot; ++i) {  // 10 MiB in five whole slots
     units.push_back(backend->alloc(kUnitSize, 16));
     ASSERT_NE(units.back(), nullptr);
   }
   ASSERT_EQ(fake.reservations.size(), 1u);
   const uintptr_t arena = reinterpret_cast<uintptr_t>(fake.reservations[0].first);
-  EXPECT_EQ(advice_since(), (Advice{{arena, 64 * kMiB, true}}));
+  EXPECT_EQ(advice_since(), (HugeAdvice{{arena, 64 * kMiB, true}}));
   EXPECT_EQ(stats->get(Stat::hugepage_advice), 1u);
   Span* h = backend->alloc(4 * kMiB, 16);  // a huge block: its slots keep their advice
   ASSERT_NE(h, nullptr);
@@ -445,7 +451,7 @@ TEST_F(BackendTest, HugepageAdviceIsWithdrawnWhenPurgesLeaveTheHeapSparse) {
   EXPECT_TRUE(advice_since().empty());  // nothing changes until a purge
   fake.advance_ms(int(option(Opt::partial_decay_ms)) + 100);  // units inside used slots
   EXPECT_GT(purger->decay_pass(fake.now_ns), 0u);
-  EXPECT_EQ(advice_since(), (Advice{{arena, h_start - arena, false},
+  EXPECT_EQ(advice_since(), (HugeAdvice{{arena, h_start - arena, false},
                                     {h_start + 4 * kMiB, arena + 64 * kMiB - h_start - 4 * kMiB, false}}));
   EXPECT_EQ(stats->get(Stat::hugepage_advice), 0u);
   EXPECT_EQ(stats->get(Stat::hugepage_withdrawals), 1u);
@@ -456,7 +462,7 @@ TEST_F(BackendTest, HugepageAdviceIsWithdrawnWhenPurgesLeaveTheHeapSparse) {
     again.push_back(backend->alloc(kUnitSize, 16));
     ASSERT_NE(again.back(), nullptr);
   }
-  EXPECT_EQ(advice_since(), (Advice{{arena, 64 * kMiB, true}}));
+  EXPECT_EQ(advice_since(), (HugeAdvice{{arena, 64 * kMiB, true}}));
   EXPECT_EQ(stats->get(Stat::hugepage_advice), 1u);
   for (unsigned i = 0; i < units.size(); i += kUnitsPerSlot) backend->release(units[i]);
   for (Span* s : again) backend->release(s);
@@ -475,17 +481,6 @@ TEST_F(BackendTest, HugepageAdviceWaitsForABigHeapWithDenseUnitSlots) {
   ASSERT_EQ(threshold, int64_t(16 * kMiB));
   set(Opt::hugepage_threshold, threshold);
   backend->init(fake.get(), stats.get(), 64 * kMiB, true);
-  using Advice = std::vector<std::tuple<uintptr_t, size_t, bool>>;
-  size_t seen = 0;
-  auto huge_advice_since = [&] {
-    Advice out;
-    for (size_t i = seen; i < fake.hugepage_advice.size(); ++i) {
-      const auto& c = fake.hugepage_advice[i];
-      if (c.huge) out.emplace_back(reinterpret_cast<uintptr_t>(c.addr), c.len, c.huge);
-    }
-    seen = fake.hugepage_advice.size();
-    return out;
-  };
   std::vector<Span*> units;
   for (unsigned i = 0; i < 6 * kUnitsPerSlot; ++i) {  // 12 MiB in six whole slots: dense, small
     units.push_back(backend->alloc(kUnitSize, 16));
@@ -493,7 +488,7 @@ TEST_F(BackendTest, HugepageAdviceWaitsForABigHeapWithDenseUnitSlots) {
   }
   ASSERT_EQ(fake.reservations.size(), 1u);
   const uintptr_t arena = reinterpret_cast<uintptr_t>(fake.reservations[0].first);
-  EXPECT_TRUE(huge_advice_since().empty());
+  EXPECT_TRUE(advice_since(true).empty());
   EXPECT_EQ(stats->get(Stat::hugepage_advice), 0u);
 
   // One unit left in each slot, the rest purged: 384 KiB held over 12 MiB.
@@ -506,7 +501,7 @@ TEST_F(BackendTest, HugepageAdviceWaitsForABigHeapWithDenseUnitSlots) {
   ASSERT_NE(h, nullptr);
   ASSERT_GE(stats->get(Stat::active_bytes), uint64_t(threshold));
   const uintptr_t h_start = reinterpret_cast<uintptr_t>(h->start);
-  EXPECT_EQ(huge_advice_since(), (Advice{{h_start, 16 * kMiB, true}}));
+  EXPECT_EQ(advice_since(true), (HugeAdvice{{h_start, 16 * kMiB, true}}));
   EXPECT_EQ(stats->get(Stat::hugepage_advice), 0u);
 
   // The sparse slots filled again: half full is enough, the arena is advised whole.
@@ -515,7 +510,7 @@ TEST_F(BackendTest, HugepageAdviceWaitsForABigHeapWithDenseUnitSlots) {
     again.push_back(backend->alloc(kUnitSize, 16));
     ASSERT_NE(again.back(), nullptr);
   }
-  EXPECT_EQ(huge_advice_since(), (Advice{{arena, 64 * kMiB, true}}));
+  EXPECT_EQ(advice_since(true), (HugeAdvice{{arena, 64 * kMiB, true}}));
   EXPECT_EQ(stats->get(Stat::hugepage_advice), 1u);
   for (unsigned i = 0; i < units.size(); i += kUnitsPerSlot) backend->release(units[i]);
   for (Span* s : again) backend->release(s);
@@ -532,17 +527,6 @@ TEST_F(BackendTest, HugepageAdviceWaitsForABigHeapWithDenseUnitSlots) {
 TEST_F(BackendTest, HugepageAdviceLeavesThinTouchedSlotsOnSmallPages) {
   set(Opt::hugepage_threshold, 16 * kMiB);
   backend->init(fake.get(), stats.get(), 64 * kMiB, true);
-  using Advice = std::vector<std::tuple<uintptr_t, size_t, bool>>;
-  size_t seen = 0;
-  auto advice_since = [&] {
-    Advice out;
-    for (size_t i = seen; i < fake.hugepage_advice.size(); ++i) {
-      const auto& c = fake.hugepage_advice[i];
-      out.emplace_back(reinterpret_cast<uintptr_t>(c.addr), c.len, c.huge);
-    }
-    seen = fake.hugepage_advice.size();
-    return out;
-  };
   // Seven slots of two 1 MiB spans each, every page written but in slot
   // 1's second span (64 KiB of it written: 15 of 32 units' worth untouched).
   std::vector<Span*> spans;
@@ -550,7 +534,7 @@ TEST_F(BackendTest, HugepageAdviceLeavesThinTouchedSlotsOnSmallPages) {
     Span* s = backend->alloc_units_span(16);
     ASSERT_NE(s, nullptr);
     if (i == 0) {
-      seen = fake.hugepage_advice.size();  // the unit map's leaf
+      skip_advice();  // the unit map's leaf
       // The fake records advice without giving it: keep the arena on 4 KiB
       // pages whatever the system's THP mode, so that mincore sees what
       // was written.
@@ -569,11 +553,11 @@ TEST_F(BackendTest, HugepageAdviceLeavesThinTouchedSlotsOnSmallPages) {
   spans.push_back(backend->alloc_units_span(16));
   ASSERT_NE(spans.back(), nullptr);
   std::memset(spans.back()->start, 1, spans.back()->bytes);
-  EXPECT_EQ(advice_since(), Advice{});
+  EXPECT_EQ(advice_since(), HugeAdvice{});
   spans.push_back(backend->alloc_units_span(16));
   ASSERT_NE(spans.back(), nullptr);
   EXPECT_EQ(stats->get(Stat::hugepage_advice), 1u);
-  EXPECT_EQ(advice_since(), (Advice{{arena, 64 * kMiB, true},
+  EXPECT_EQ(advice_since(), (HugeAdvice{{arena, 64 * kMiB, true},
                                     {arena + 1 * kSlotSize, kSlotSize, false},
                                     {arena + 7 * kSlotSize, kSlotSize, false}}));
   EXPECT_EQ(stats->get(Stat::hugepage_thin_slots), 2u);
@@ -589,7 +573,7 @@ TEST_F(BackendTest, HugepageAdviceLeavesThinTouchedSlotsOnSmallPages) {
     ASSERT_NE(more.back(), nullptr);
     EXPECT_EQ(reinterpret_cast<uintptr_t>(more.back()->start), arena + kSlotSize + i * kMiB);
   }
-  EXPECT_EQ(advice_since(), (Advice{{arena + 1 * kSlotSize, kSlotSize, true}}));
+  EXPECT_EQ(advice_since(), (HugeAdvice{{arena + 1 * kSlotSize, kSlotSize, true}}));
   spans[2] = more[0];
   spans[3] = more[1];
   for (Span* s : spans) backend->release(s);
