@@ -29,8 +29,12 @@ inline uint32_t bin_count(const Bin& bin, unsigned c) {
 // thread that moved on to other sizes keeps neither.  64, not 256 (issue
 // #16: batch, whose ~20 classes each kept a span and a cache between its
 // batches of one size: peak RSS 6.95-7.34 MiB at 256, 6.43-6.65 at 64,
-// glibc's 5.2-5.4).
-inline constexpr uint32_t kBinIdleEvents = 64;
+// glibc's 5.2-5.4), and 16, not 64 (issue #16, fifth round: batch's
+// classes each kept their span for 64-128 events after their last batch,
+// peak RSS 6.2-6.4 MiB at 64, 5.6-5.8 at 16); the looks between two
+// growth looks walk only the bins set up (tl_bins_on), so that four times
+// as many cost about what they did.
+inline constexpr uint32_t kBinIdleEvents = 16;
 __attribute__((tls_model("initial-exec"))) thread_local uint64_t tl_bin_seen[kSmallClasses];
 __attribute__((tls_model("initial-exec"))) thread_local uint32_t tl_bin_events;
 // Bytes of each bin last published in the heap's cache_bytes.
@@ -304,7 +308,11 @@ void bin_event(Heap* h, unsigned c, bool miss) {
   bool pending = false;
   {
     HeapGuard guard(h);
-    for (unsigned k = 0; k < kSmallClasses; ++k) {
+    // A growth look ages every class's marks; the others only look at the
+    // bins set up (a bin not set up has nothing to flush).
+    const uint64_t walk = grow ? ~uint64_t(0) >> (64 - kSmallClasses) : tl_bins_on;
+    for (uint64_t m = walk; m; m &= m - 1) {
+      const unsigned k = unsigned(__builtin_ctzll(m));
       const Bin& bin = tl_bins[k];
       const uint32_t misses = tl_bin_misses[k];
       if (grow) {

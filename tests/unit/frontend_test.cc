@@ -596,6 +596,33 @@ TEST(Batches, AnIdleClassGivesItsEmptyCurrentSpanBack) {
   EXPECT_EQ(lm_check_invariants(), nullptr);
 }
 
+// Soon: within 32 of the thread's refills and overflows after the class's
+// last one (two looks at the bins, every kBinIdleEvents = 16: the first
+// finds it active, the second unchanged).  At 64 two looks took 65-128
+// events, and batch's classes kept their spans that long after their
+// batch (issue #16, fifth round: peak RSS 6.2-6.4 MiB, 5.6-5.8 at 16).
+TEST(Batches, AnIdleClassGoesBackWithin32OfTheThreadsRefillsAndOverflows) {
+  std::thread([] {
+    constexpr size_t kSize = 720;
+    const unsigned c = size_class(kSize);
+    std::vector<void*> v(80);
+    for (auto& p : v) p = lm_malloc(kSize);
+    Span* s = detail::g.backend.span_of(v[0]);
+    for (void* p : v) lm_free(p);
+    ASSERT_EQ(detail::tl_heap->head_ref[c], s);
+    const uint64_t released0 = stat("idle_class_spans_released");
+    const uint64_t events0 = stat("span_refills") + stat("cache_flushes");
+    std::vector<void*> b;  // only mallocs of 48 B: each slow path a refill
+    while (stat("span_refills") + stat("cache_flushes") - events0 < 32) b.push_back(lm_malloc(48));
+    EXPECT_EQ(stat("cache_flushes") + stat("span_refills") - events0, 32u);
+    EXPECT_NE(detail::tl_heap->head_ref[c], s) << "class " << c << " still holds its span";
+    for (Span* q = detail::tl_heap->queue[c].head; q; q = q->next) EXPECT_NE(q, s) << "still queued";
+    EXPECT_EQ(stat("idle_class_spans_released") - released0, 1u);
+    for (void* p : b) lm_free(p);
+  }).join();
+  EXPECT_EQ(lm_check_invariants(), nullptr);
+}
+
 // A phase that only allocates (every slow-path event of its class a
 // refill) leaves the bin at the same stack top at each look at the bins;
 // it is busy, not idle, and its cache is not flushed (nor its capacity put
