@@ -96,8 +96,18 @@ void bin_shrink(unsigned c, uint32_t held = 0) {
   if (tl_bin_cap[c] > kClasses.bin_cap[c]) bin_set_cap(c, std::max<uint32_t>(kClasses.bin_cap[c], held));
 }
 
-inline uint64_t bin_fingerprint(const Bin& b) {
-  return reinterpret_cast<uintptr_t>(b.top) ^ (reinterpret_cast<uintptr_t>(b.ftop) << 1);
+// Bin c's stack tops and the objects on them: a class whose mallocs and
+// frees balance (served by trades, no refill or overflow) walks its stack
+// tops over a few values and came back to the ones of the last look, by
+// chance, about once per 40,000 operations of random-size (a false idle:
+// its cache flushed, a grown bin put back to bin_cap, its misses again);
+// the objects on top changed meanwhile.  REQUIRES the heap held (no
+// collector moves the stacks).
+inline uint64_t bin_fingerprint(const Bin& b, unsigned c) {
+  uint64_t f = reinterpret_cast<uintptr_t>(b.top) ^ (reinterpret_cast<uintptr_t>(b.ftop) << 1);
+  if (b.top > b.base) f ^= reinterpret_cast<uintptr_t>(b.top[-1]) << 2;
+  if (b.ftop > tl_bin_fbase[c]) f ^= reinterpret_cast<uintptr_t>(b.ftop[-1]) << 3;
+  return f;
 }
 
 // REQUIRES h held.  A bin's bytes are now `bytes`: the heap's cache_bytes
@@ -322,7 +332,7 @@ void bin_event(Heap* h, unsigned c, bool miss) {
       const bool active = tl_bin_active[k];
       tl_bin_active[k] = false;
       if (!bin.flimit) continue;
-      if (bin_fingerprint(bin) == tl_bin_seen[k] && !active) {
+      if (bin_fingerprint(bin, k) == tl_bin_seen[k] && !active) {
         if (bin_count(bin, k) != 0) {
           pending |= bin_flush_held(h, k, 0);
           heap_count(h, HeapStat::cache_idle_flushes);
@@ -332,7 +342,7 @@ void bin_event(Heap* h, unsigned c, bool miss) {
       } else if (grow && misses >= kBinGrowMisses && tl_bin_cap[k] < kClasses.bin_cap_max[k]) {
         bin_grow(k, kClasses.bin_cap_max[k]);
       }
-      tl_bin_seen[k] = bin_fingerprint(bin);
+      tl_bin_seen[k] = bin_fingerprint(bin, k);
     }
   }
   if (pending) heap_work_arrived();
