@@ -55,7 +55,13 @@ int main() {
     std::memset(b, 0x5a, kBlock);
   }
   // And one large block, which its free leaves in this thread's large cache
-  // (the page's cached bytes) until malloc_trim.
+  // (the page's cached bytes) until malloc_trim.  The cache takes blocks
+  // once the thread has allocated one after a free (it warms): a block
+  // freed first goes back to the backend, and `large`'s malloc warms it.
+  static char* volatile first;  // (volatile: a malloc/free pair the compiler would drop)
+  first = static_cast<char*>(std::malloc(size_t(768) << 10));
+  if (!first) return 1;
+  std::free(first);
   char* large = static_cast<char*>(std::malloc(size_t(768) << 10));
   if (!large) return 1;
   std::memset(large, 0x5b, size_t(768) << 10);

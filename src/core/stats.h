@@ -164,7 +164,7 @@ class Writer;
     "(its own or other heaps')")                                                                 \
   X(cache_flushes, counter, "times a thread's cache of a size class overflowed and returned objects to their spans") \
   X(cache_idle_takes, counter, "times the background thread took this quiet heap's thread's cached objects of a size class back to their spans") \
-  X(cache_idle_flushes, counter, "times a thread's cache of a size class, unchanged and without a refill or overflow for 64 of the thread's refills and overflows, went back to its spans") \
+  X(cache_idle_flushes, counter, "times a thread's cache of a size class, unchanged (the same stack tops and objects on them) and without a refill or overflow for 16 of the thread's refills and overflows, went back to its spans") \
   X(spans_acquired, counter, "small spans taken from the backend")                               \
   X(spans_released, counter, "empty small spans given back to the backend")                      \
   X(span_restarts, counter, "spans whose every object had come back, started over from their first " \

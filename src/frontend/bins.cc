@@ -29,8 +29,12 @@ inline uint32_t bin_count(const Bin& bin, unsigned c) {
 // thread that moved on to other sizes keeps neither.  64, not 256 (issue
 // #16: batch, whose ~20 classes each kept a span and a cache between its
 // batches of one size: peak RSS 6.95-7.34 MiB at 256, 6.43-6.65 at 64,
-// glibc's 5.2-5.4).
-inline constexpr uint32_t kBinIdleEvents = 64;
+// glibc's 5.2-5.4), and 16, not 64 (issue #16, fifth round: batch's
+// classes each kept their span for 64-128 events after their last batch,
+// peak RSS 6.2-6.4 MiB at 64, 5.6-5.8 at 16); the looks between two
+// growth looks walk only the bins set up (tl_bins_on), so that four times
+// as many cost about what they did.
+inline constexpr uint32_t kBinIdleEvents = 16;
 __attribute__((tls_model("initial-exec"))) thread_local uint64_t tl_bin_seen[kSmallClasses];
 __attribute__((tls_model("initial-exec"))) thread_local uint32_t tl_bin_events;
 // Bytes of each bin last published in the heap's cache_bytes.
@@ -92,8 +96,18 @@ void bin_shrink(unsigned c, uint32_t held = 0) {
   if (tl_bin_cap[c] > kClasses.bin_cap[c]) bin_set_cap(c, std::max<uint32_t>(kClasses.bin_cap[c], held));
 }
 
-inline uint64_t bin_fingerprint(const Bin& b) {
-  return reinterpret_cast<uintptr_t>(b.top) ^ (reinterpret_cast<uintptr_t>(b.ftop) << 1);
+// Bin c's stack tops and the objects on them: a class whose mallocs and
+// frees balance (served by trades, no refill or overflow) walks its stack
+// tops over a few values and came back to the ones of the last look, by
+// chance, about once per 40,000 operations of random-size (a false idle:
+// its cache flushed, a grown bin put back to bin_cap, its misses again);
+// the objects on top changed meanwhile.  REQUIRES the heap held (no
+// collector moves the stacks).
+inline uint64_t bin_fingerprint(const Bin& b, unsigned c) {
+  uint64_t f = reinterpret_cast<uintptr_t>(b.top) ^ (reinterpret_cast<uintptr_t>(b.ftop) << 1);
+  if (b.top > b.base) f ^= reinterpret_cast<uintptr_t>(b.top[-1]) << 2;
+  if (b.ftop > tl_bin_fbase[c]) f ^= reinterpret_cast<uintptr_t>(b.ftop[-1]) << 3;
+  return f;
 }
 
 // REQUIRES h held.  A bin's bytes are now `bytes`: the heap's cache_bytes
@@ -304,7 +318,11 @@ void bin_event(Heap* h, unsigned c, bool miss) {
   bool pending = false;
   {
     HeapGuard guard(h);
-    for (unsigned k = 0; k < kSmallClasses; ++k) {
+    // A growth look ages every class's marks; the others only look at the
+    // bins set up (a bin not set up has nothing to flush).
+    const uint64_t walk = grow ? ~uint64_t(0) >> (64 - kSmallClasses) : tl_bins_on;
+    for (uint64_t m = walk; m; m &= m - 1) {
+      const unsigned k = unsigned(__builtin_ctzll(m));
       const Bin& bin = tl_bins[k];
       const uint32_t misses = tl_bin_misses[k];
       if (grow) {
@@ -314,7 +332,7 @@ void bin_event(Heap* h, unsigned c, bool miss) {
       const bool active = tl_bin_active[k];
       tl_bin_active[k] = false;
       if (!bin.flimit) continue;
-      if (bin_fingerprint(bin) == tl_bin_seen[k] && !active) {
+      if (bin_fingerprint(bin, k) == tl_bin_seen[k] && !active) {
         if (bin_count(bin, k) != 0) {
           pending |= bin_flush_held(h, k, 0);
           heap_count(h, HeapStat::cache_idle_flushes);
@@ -324,7 +342,7 @@ void bin_event(Heap* h, unsigned c, bool miss) {
       } else if (grow && misses >= kBinGrowMisses && tl_bin_cap[k] < kClasses.bin_cap_max[k]) {
         bin_grow(k, kClasses.bin_cap_max[k]);
       }
-      tl_bin_seen[k] = bin_fingerprint(bin);
+      tl_bin_seen[k] = bin_fingerprint(bin, k);
     }
   }
   if (pending) heap_work_arrived();

@@ -253,6 +253,12 @@ struct Heap {
   // exit (large_peak_reset): the cache holds at most large_peak -
   // large_live (large_cache_cap).  Written by the thread.
   uint64_t large_peak = 0;
+  // The cache warms (large_cache_put): it takes blocks only once the thread
+  // has allocated a large block after freeing one (`large_freed`, then a
+  // miss sets `large_warm`); both false again when the thread exits.
+  // Written by the thread.
+  bool large_freed = false;
+  bool large_warm = false;
 };
 
 // ---- allocation API (what override/ exports under the standard names) ----

@@ -132,6 +132,9 @@ Span* large_cache_take(Heap* h, size_t size, Span** give_back) {
     large_uncount(h, hit);
     return hit;
   }
+  // A large malloc after a large free: the thread reuses large blocks,
+  // and its cache takes them from now on (large_cache_put).
+  if (h->large_freed) h->large_warm = true;
   Span* list = large_evicted_take(h);
   if (list) list->next = nullptr;
   for (uint32_t i = h->large_cached; i-- > 0;) {
@@ -168,7 +171,20 @@ inline void large_live_add(Heap* h, uint64_t bytes) {
   if (h->large_live > h->large_peak) h->large_peak = h->large_live;
 }
 
+// A cold cache (no large malloc since the thread's first large free) takes
+// nothing: the block goes back to the backend, where any span of any heap
+// reuses its units, resident.  A thread that frees a large block it will
+// not allocate again (a table built at start-up, a temporary copy) would
+// otherwise keep it resident beside everything it allocates later:
+// lazybench's random-size peaked 0.35-0.4 MiB higher with the block a
+// vector's prototype left in the main thread's cache while the worker's
+// spans took fresh units (issue #16, fifth round).  The first reuse costs
+// one backend allocation more; from then on the cache serves as before.
 bool large_cache_put(Heap* h, Span* s) {
+  if (!h->large_warm) {
+    h->large_freed = true;
+    return false;
+  }
   uint64_t cap = large_cache_cap(h, h->large_live);
   if (s->bytes > cap) return false;
   HeapGuard guard(h);
@@ -188,10 +204,14 @@ bool large_cache_put(Heap* h, Span* s) {
 // again from its live bytes, so that its cache is bounded by its use from
 // now on.  `exiting` (thread exit): the next thread to adopt the heap
 // starts from nothing, live bytes included (those of the exited thread's
-// blocks count on the heaps of the threads that free them).  The thread's
-// own call: the peak and the live bytes are the thread's to write.
+// blocks count on the heaps of the threads that free them), and with a cold
+// cache (large_cache_put).  The thread's own call: the peak, the live bytes
+// and the warmth are the thread's to write.
 void large_peak_reset(Heap* h, bool exiting) {
-  if (exiting) h->large_live = 0;
+  if (exiting) {
+    h->large_live = 0;
+    h->large_freed = h->large_warm = false;
+  }
   h->large_peak = h->large_live;
 }
 

@@ -596,6 +596,69 @@ TEST(Batches, AnIdleClassGivesItsEmptyCurrentSpanBack) {
   EXPECT_EQ(lm_check_invariants(), nullptr);
 }
 
+// Soon: within 32 of the thread's refills and overflows after the class's
+// last one (two looks at the bins, every kBinIdleEvents = 16: the first
+// finds it active, the second unchanged).  At 64 two looks took 65-128
+// events, and batch's classes kept their spans that long after their
+// batch (issue #16, fifth round: peak RSS 6.2-6.4 MiB, 5.6-5.8 at 16).
+TEST(Batches, AnIdleClassGoesBackWithin32OfTheThreadsRefillsAndOverflows) {
+  std::thread([] {
+    constexpr size_t kSize = 720;
+    const unsigned c = size_class(kSize);
+    std::vector<void*> v(80);
+    for (auto& p : v) p = lm_malloc(kSize);
+    Span* s = detail::g.backend.span_of(v[0]);
+    for (void* p : v) lm_free(p);
+    ASSERT_EQ(detail::tl_heap->head_ref[c], s);
+    const uint64_t released0 = stat("idle_class_spans_released");
+    const uint64_t events0 = stat("span_refills") + stat("cache_flushes");
+    std::vector<void*> b;  // only mallocs of 48 B: each slow path a refill
+    while (stat("span_refills") + stat("cache_flushes") - events0 < 32) b.push_back(lm_malloc(48));
+    EXPECT_EQ(stat("cache_flushes") + stat("span_refills") - events0, 32u);
+    EXPECT_NE(detail::tl_heap->head_ref[c], s) << "class " << c << " still holds its span";
+    for (Span* q = detail::tl_heap->queue[c].head; q; q = q->next) EXPECT_NE(q, s) << "still queued";
+    EXPECT_EQ(stat("idle_class_spans_released") - released0, 1u);
+    for (void* p : b) lm_free(p);
+  }).join();
+  EXPECT_EQ(lm_check_invariants(), nullptr);
+}
+
+// A class in use whose mallocs and frees balance between two looks (served
+// by trades: no refill or overflow) may leave its stack tops where the last
+// look saw them; the objects on top tell it apart from an idle one.  With
+// the tops alone, random-size's classes were flushed as idle about once per
+// 40,000 operations at looks every 16 events (their grown bins put back to
+// bin_cap: 20% more refills).  4096 B objects: a bin of 4 from the start.
+TEST(ThreadCache, ABinBackAtTheSameStackTopsWithOtherObjectsIsNotIdle) {
+  std::thread([] {
+    constexpr size_t kSize = 4096;
+    const unsigned c = size_class(kSize);
+    ASSERT_EQ(bin_cap(c), 4u);
+    ASSERT_EQ(bin_cap_first(c), 4u);
+    void* o[5];
+    for (auto& p : o) p = lm_malloc(kSize);  // a refill: 1 + 4, then pops
+    for (int i = 0; i < 4; ++i) lm_free(o[i]);  // the free stack full, the allocation stack empty
+    const uint64_t idle0 = stat("cache_idle_flushes");
+    std::vector<void*> b;
+    for (int phase = 0; phase < 24; ++phase) {  // looks every 16 or 64 events
+      // Two rounds: each trades the stacks once, so the tops come back;
+      // freed in the order 0, 1, 3, 2, another object ends on top.
+      for (int round = 0; round < 2; ++round) {
+        void* q[4];
+        for (auto& p : q) p = lm_malloc(kSize);
+        for (int i : {0, 1, 3, 2}) lm_free(q[i]);
+      }
+      // One look at the bins in the 16 refills of another class.
+      const uint64_t events0 = stat("span_refills") + stat("cache_flushes");
+      while (stat("span_refills") + stat("cache_flushes") - events0 < 16) b.push_back(lm_malloc(48));
+    }
+    EXPECT_EQ(stat("cache_idle_flushes"), idle0) << "class " << c << " flushed as idle while in use";
+    for (void* p : b) lm_free(p);
+    lm_free(o[4]);
+  }).join();
+  EXPECT_EQ(lm_check_invariants(), nullptr);
+}
+
 // A phase that only allocates (every slow-path event of its class a
 // refill) leaves the bin at the same stack top at each look at the bins;
 // it is busy, not idle, and its cache is not flushed (nor its capacity put

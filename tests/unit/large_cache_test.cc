@@ -24,13 +24,22 @@ const auto stat = test::lm_stat;
 constexpr size_t kKiB = 1024;
 constexpr uint64_t kSecond = 1000000000;
 
+// Warms the calling thread's cache (a large malloc after a large free:
+// large_cache_put takes nothing before) and empties it, its peak back to its
+// live bytes (lm_thread_collect).
+void warm_cache() {
+  lm_free(lm_malloc(300 * kKiB));
+  lm_free(lm_malloc(300 * kKiB));
+  lm_thread_collect();
+}
+
 class LargeCache : public ::testing::Test {
  protected:
   void SetUp() override {
     option_set(unsigned(Opt::background), 0);
     option_set(unsigned(Opt::large_cache), 4 << 20);
     lm_init();
-    lm_thread_collect();  // an empty cache to start from
+    warm_cache();  // a warm, empty cache to start from
   }
   void TearDown() override {
     lm_thread_collect();
@@ -275,6 +284,7 @@ TEST_F(LargeCache, HoldsAtMostThePeakLessTheLiveLargeBytes) {
   // Freed by a thread of its own, whose heap (a pooled one, reset when its
   // last thread exited) holds no large block: main's may, from other tests.
   std::thread([&] {
+    warm_cache();
     lm_free(p);
     EXPECT_EQ(stat("large_cache_bytes"), 0u) << "no room under a peak of 0";
   }).join();
@@ -285,9 +295,46 @@ TEST_F(LargeCache, HoldsAtMostThePeakLessTheLiveLargeBytes) {
   ASSERT_NE(left, nullptr);
   std::thread([&] {
     lm_free(lm_malloc(16));  // adopts the exited thread's heap
+    warm_cache();
     lm_free(left);
     EXPECT_EQ(stat("large_cache_bytes"), 0u) << "the adopted heap's use was reset at exit";
   }).join();
+  EXPECT_EQ(lm_check_invariants(), nullptr);
+}
+
+// A thread's cache takes freed blocks only once the thread has allocated a
+// large block after freeing one (issue #16, fifth round): a block freed by a
+// thread that allocates no other (a table built at start-up, a vector's
+// prototype) goes back to the backend, retained, where any span reuses its
+// units, instead of staying resident in the cache beside them.  The thread's
+// next large malloc warms the cache, and its blocks are cached from then
+// on; a thread that adopts the heap after an exit starts cold again.
+TEST_F(LargeCache, TakesBlocksOnlyOnceTheThreadAllocatesAfterAFree) {
+  const uint64_t cached = stat("large_cache_bytes");  // main's, empty (SetUp)
+  ASSERT_EQ(cached, 0u);
+  for (int round = 0; round < 2; ++round) {
+    std::thread([&] {
+      lm_free(lm_malloc(16));  // a heap (a fresh or pooled one: cold either way)
+      char* p = static_cast<char*>(lm_malloc(600 * kKiB));  // 640 KiB
+      ASSERT_NE(p, nullptr);
+      memset(p, 1, 600 * kKiB);
+      const uint64_t retained = stat("retained_bytes");
+      lm_free(p);
+      EXPECT_EQ(stat("large_cache_bytes"), 0u) << "round " << round << ": a cold cache takes nothing";
+      EXPECT_GE(stat("retained_bytes"), retained + 640 * kKiB) << "back to the backend, resident";
+      const uint64_t hits = stat("large_cache_hits");
+      char* q = static_cast<char*>(lm_malloc(600 * kKiB));  // a miss: warms the cache
+      ASSERT_NE(q, nullptr);
+      EXPECT_EQ(stat("large_cache_hits"), hits);
+      lm_free(q);
+      EXPECT_EQ(stat("large_cache_bytes"), 640 * kKiB) << "round " << round << ": warm";
+      char* r = static_cast<char*>(lm_malloc(600 * kKiB));
+      EXPECT_EQ(r, q);
+      EXPECT_EQ(stat("large_cache_hits"), hits + 1);
+      lm_free(r);
+    }).join();  // the exit empties the cache and cools it
+    EXPECT_EQ(stat("large_cache_bytes"), 0u);
+  }
   EXPECT_EQ(lm_check_invariants(), nullptr);
 }
 
@@ -304,6 +351,7 @@ TEST_F(LargeCache, ASecondFreeOfACachedBlockAborts) {
 TEST_F(LargeCache, AQuietOrExitedThreadsBlocksGoBack) {
   lmt::Phases phases;
   std::thread worker([&] {
+    warm_cache();
     std::vector<void*> live;  // so that the cache may hold the 4 (half the live bytes)
     for (int i = 0; i < 10; ++i) live.push_back(lm_malloc(700 * kKiB));
     std::vector<void*> v;
@@ -325,6 +373,7 @@ TEST_F(LargeCache, AQuietOrExitedThreadsBlocksGoBack) {
   worker.join();
 
   std::thread([] {
+    warm_cache();
     void* p = lm_malloc(700 * kKiB);
     lm_free(p);
     EXPECT_EQ(stat("large_cache_bytes"), 704 * kKiB);
