@@ -113,6 +113,16 @@ bool stat_find(const char* name, bool* heap_stat, unsigned* index) {
   return false;
 }
 
+bool held_find(const char* name, unsigned* index) {
+  for (unsigned i = 0; i < kHeldCount; ++i) {
+    if (same(name, kHeldInfo[i].name)) {
+      *index = i;
+      return true;
+    }
+  }
+  return false;
+}
+
 void stats_write(Writer& w, const StatsOrigin& origin, const uint64_t* global, const uint64_t* heap, bool json,
                  const uint64_t* heap_cache, unsigned nheaps) {
   const unsigned width = name_width();

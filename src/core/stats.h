@@ -294,6 +294,8 @@ struct HeldInfo {
 extern const HeldInfo kHeldInfo[kHeldCount];
 // The rows from the statistics (global: kStatCount values, heap: the sums).
 void held_rows(const uint64_t* global, const uint64_t* heap, uint64_t* out);
+// Finds a held row by name: returns true and sets *index.
+bool held_find(const char* name, unsigned* index);
 
 // The process a report describes: printed first in every report, so that
 // reports of several processes (a shell script's children) can be told apart.

@@ -306,7 +306,10 @@ void lm_set_platform(const Platform* platform);
 // The platform every OS effect of the process-wide allocator goes through.
 const Platform* lm_platform();
 const char* lm_check_invariants();  // tests: nullptr, or the first broken invariant  // where statistics at exit go (a copy of stderr)
-int lm_stat_get(const char* name, uint64_t* value);
+int lm_stat_get(const char* name, uint64_t* value);  // a statistic or a held row
+// The held rows (kHeldCount values: where the bytes are) from one snapshot
+// of the statistics; *huge (if given) gets huge_bytes from the same one.
+void lm_held_state(uint64_t* held, uint64_t* huge = nullptr);
 // Discardable memory (purge/discard.h).  lock: 0 intact, 1 discarded, -1
 // with errno EINVAL (not a block) or EOVERFLOW.
 void* lm_discardable_alloc(size_t size);

@@ -547,9 +547,23 @@ void lm_stats_at_exit(bool json) {
   if (opened) g_platform->close_fd(g_platform->ctx, fd);
 }
 
+void lm_held_state(uint64_t* held, uint64_t* huge) {
+  lm_init();
+  uint64_t global[kStatCount], heap[kHeapStatCount];
+  snapshot(global, heap);
+  held_rows(global, heap, held);
+  if (huge) *huge = global[unsigned(Stat::huge_bytes)];
+}
+
 int lm_stat_get(const char* name, uint64_t* value) {
   bool heap_stat;
   unsigned index;
+  if (name && value && held_find(name, &index)) {
+    uint64_t held[kHeldCount];
+    lm_held_state(held);
+    *value = held[index];
+    return 0;
+  }
   if (!name || !value || !stat_find(name, &heap_stat, &index)) {
     pal::set_errno(ENOENT);
     return -1;

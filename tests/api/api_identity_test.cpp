@@ -165,6 +165,19 @@ TEST(Identity, StatGet) {
   }
   EXPECT_GT(stats_seen, 5u) << "hardly any statistic in the JSON output:\n" << json;
   EXPECT_GT(sum, 0u) << "every statistic is zero after 1000 allocations";
+  // So can every row of "held" (where the bytes are); the 1000 live blocks
+  // are in use.
+  ASSERT_TRUE(r.value.contains("held") && r.value["held"].is_object()) << json;
+  size_t held_seen = 0;
+  for (const auto& [name, value] : r.value["held"].items()) {
+    ++held_seen;
+    uint64_t val = 0;
+    EXPECT_EQ(lazymalloc_stat_get(name.c_str(), &val), 0) << "lazymalloc_stat_get(\"" << name << "\")";
+  }
+  EXPECT_GT(held_seen, 5u) << json;
+  uint64_t in_use = 0;
+  ASSERT_EQ(lazymalloc_stat_get("small_in_use", &in_use), 0);
+  EXPECT_GE(in_use, 64u * 1000) << "1000 live blocks of 64..1063 bytes";
 
   lazymalloc_memory_state st{};
   lazymalloc_memory_state_get(&st);

@@ -393,6 +393,10 @@ TEST(Stats, JsonAndTextNameEveryCounter) {
   EXPECT_TRUE(stat_find("remote_frees", &is_heap, &idx));
   EXPECT_TRUE(is_heap);
   EXPECT_FALSE(stat_find("nope", &is_heap, &idx));
+  // The held rows, printed with the statistics, are found by name too.
+  EXPECT_TRUE(held_find("small_in_use", &idx));
+  EXPECT_EQ(idx, unsigned(Held::small_in_use));
+  EXPECT_FALSE(held_find("lazy_bytes", &idx));
 }
 
 TEST(Writer, TruncatesButCountsTheWholeLength) {
