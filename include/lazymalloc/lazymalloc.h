@@ -57,9 +57,9 @@ LAZYMALLOC_API void lazymalloc_stats_print(int json);
  * output needs, excluding the NUL, like snprintf. */
 LAZYMALLOC_API size_t lazymalloc_stats_write(char* buf, size_t len, int json);
 
-/* Read one statistic by its name (as printed in the text/JSON output, the
- * rows of "held", such as small_in_use, included).  Returns 0 and stores the
- * value, or -1 with errno = ENOENT. */
+/* Read one statistic by its name (as printed in the text/JSON output; also
+ * the rows of "held", such as small_in_use, where no statistic has the
+ * name).  Returns 0 and stores the value, or -1 with errno = ENOENT. */
 LAZYMALLOC_API int lazymalloc_stat_get(const char* name, uint64_t* value);
 
 /* Read one option by its name (lower case, without the LAZYMALLOC_ prefix,

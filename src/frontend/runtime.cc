@@ -555,18 +555,24 @@ void lm_held_state(uint64_t* held, uint64_t* huge) {
   if (huge) *huge = global[unsigned(Stat::huge_bytes)];
 }
 
+// A statistic first: a held row of the same name (large_blocks: the
+// statistic counts blocks, the row bytes) is read from the report.
 int lm_stat_get(const char* name, uint64_t* value) {
   bool heap_stat;
   unsigned index;
-  if (name && value && held_find(name, &index)) {
+  if (!name || !value) {
+    pal::set_errno(ENOENT);
+    return -1;
+  }
+  if (!stat_find(name, &heap_stat, &index)) {
+    if (!held_find(name, &index)) {
+      pal::set_errno(ENOENT);
+      return -1;
+    }
     uint64_t held[kHeldCount];
     lm_held_state(held);
     *value = held[index];
     return 0;
-  }
-  if (!name || !value || !stat_find(name, &heap_stat, &index)) {
-    pal::set_errno(ENOENT);
-    return -1;
   }
   lm_init();
   uint64_t global[kStatCount], heap[kHeapStatCount];
