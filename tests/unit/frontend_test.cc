@@ -569,6 +569,23 @@ TEST(Batches, ASpanWithRemoteFreesWaitingDoesNotStartOver) {
   EXPECT_EQ(lm_check_invariants(), nullptr);
 }
 
+// Batches: this thread allocates 80 objects of `size` and frees them; the
+// class's current span, which held them, is returned (empty, its objects in
+// the thread's cache), nullptr if it is not the current one.
+Span* current_span_emptied(size_t size) {
+  std::vector<void*> v(80);
+  for (auto& p : v) p = lm_malloc(size);
+  Span* s = detail::g.backend.span_of(v[0]);
+  for (void* p : v) lm_free(p);
+  return detail::tl_heap->head_ref[size_class(size)] == s ? s : nullptr;
+}
+
+// Batches: span s of class c is neither the class's current span nor queued.
+void expect_class_let_go(unsigned c, Span* s) {
+  EXPECT_NE(detail::tl_heap->head_ref[c], s) << "class " << c << " still holds its span";
+  for (Span* q = detail::tl_heap->queue[c].head; q; q = q->next) EXPECT_NE(q, s) << "still queued";
+}
+
 // A class the thread stopped using gives back its cache and then its
 // current span, once empty, instead of keeping it until the whole thread
 // is quiet for the collector (class_idle): batch's 20 classes each held a
@@ -576,12 +593,8 @@ TEST(Batches, ASpanWithRemoteFreesWaitingDoesNotStartOver) {
 TEST(Batches, AnIdleClassGivesItsEmptyCurrentSpanBack) {
   std::thread([] {
     constexpr size_t kSize = 720;
-    const unsigned c = size_class(kSize);
-    std::vector<void*> v(80);
-    for (auto& p : v) p = lm_malloc(kSize);
-    Span* s = detail::g.backend.span_of(v[0]);
-    for (void* p : v) lm_free(p);
-    ASSERT_EQ(detail::tl_heap->head_ref[c], s);
+    Span* s = current_span_emptied(kSize);
+    ASSERT_NE(s, nullptr);
     const uint64_t released0 = stat("idle_class_spans_released");
     std::vector<void*> b;  // other sizes: hundreds of refills and overflows of 48 bytes
     for (int round = 0; round < 4; ++round) {
@@ -589,8 +602,7 @@ TEST(Batches, AnIdleClassGivesItsEmptyCurrentSpanBack) {
       for (void* p : b) lm_free(p);
       b.clear();
     }
-    EXPECT_NE(detail::tl_heap->head_ref[c], s);
-    for (Span* q = detail::tl_heap->queue[c].head; q; q = q->next) EXPECT_NE(q, s) << "still queued";
+    expect_class_let_go(size_class(kSize), s);
     EXPECT_GE(stat("idle_class_spans_released") - released0, 1u);
   }).join();
   EXPECT_EQ(lm_check_invariants(), nullptr);
@@ -604,19 +616,14 @@ TEST(Batches, AnIdleClassGivesItsEmptyCurrentSpanBack) {
 TEST(Batches, AnIdleClassGoesBackWithin32OfTheThreadsRefillsAndOverflows) {
   std::thread([] {
     constexpr size_t kSize = 720;
-    const unsigned c = size_class(kSize);
-    std::vector<void*> v(80);
-    for (auto& p : v) p = lm_malloc(kSize);
-    Span* s = detail::g.backend.span_of(v[0]);
-    for (void* p : v) lm_free(p);
-    ASSERT_EQ(detail::tl_heap->head_ref[c], s);
+    Span* s = current_span_emptied(kSize);
+    ASSERT_NE(s, nullptr);
     const uint64_t released0 = stat("idle_class_spans_released");
     const uint64_t events0 = stat("span_refills") + stat("cache_flushes");
     std::vector<void*> b;  // only mallocs of 48 B: each slow path a refill
     while (stat("span_refills") + stat("cache_flushes") - events0 < 32) b.push_back(lm_malloc(48));
     EXPECT_EQ(stat("cache_flushes") + stat("span_refills") - events0, 32u);
-    EXPECT_NE(detail::tl_heap->head_ref[c], s) << "class " << c << " still holds its span";
-    for (Span* q = detail::tl_heap->queue[c].head; q; q = q->next) EXPECT_NE(q, s) << "still queued";
+    expect_class_let_go(size_class(kSize), s);
     EXPECT_EQ(stat("idle_class_spans_released") - released0, 1u);
     for (void* p : b) lm_free(p);
   }).join();
