@@ -569,6 +569,18 @@ TEST(Batches, ASpanWithRemoteFreesWaitingDoesNotStartOver) {
   EXPECT_EQ(lm_check_invariants(), nullptr);
 }
 
+// The thread's refills and overflows so far (its slow-path events, at which
+// the bins are looked at).
+uint64_t slow_path_events() { return stat("span_refills") + stat("cache_flushes"); }
+
+// Mallocs of 48 B (each slow path a refill) into b until the thread has
+// made n more slow-path events.
+void make_slow_path_events(std::vector<void*>& b, uint64_t n) {
+  const uint64_t events0 = slow_path_events();
+  while (slow_path_events() - events0 < n) b.push_back(lm_malloc(48));
+  EXPECT_EQ(slow_path_events() - events0, n);
+}
+
 // Batches: this thread allocates 80 objects of `size` and frees them; the
 // class's current span, which held them, is returned (empty, its objects in
 // the thread's cache), nullptr if it is not the current one.
@@ -619,10 +631,8 @@ TEST(Batches, AnIdleClassGoesBackWithin32OfTheThreadsRefillsAndOverflows) {
     Span* s = current_span_emptied(kSize);
     ASSERT_NE(s, nullptr);
     const uint64_t released0 = stat("idle_class_spans_released");
-    const uint64_t events0 = stat("span_refills") + stat("cache_flushes");
-    std::vector<void*> b;  // only mallocs of 48 B: each slow path a refill
-    while (stat("span_refills") + stat("cache_flushes") - events0 < 32) b.push_back(lm_malloc(48));
-    EXPECT_EQ(stat("cache_flushes") + stat("span_refills") - events0, 32u);
+    std::vector<void*> b;
+    make_slow_path_events(b, 32);
     expect_class_let_go(size_class(kSize), s);
     EXPECT_EQ(stat("idle_class_spans_released") - released0, 1u);
     for (void* p : b) lm_free(p);
@@ -655,9 +665,7 @@ TEST(ThreadCache, ABinBackAtTheSameStackTopsWithOtherObjectsIsNotIdle) {
         for (auto& p : q) p = lm_malloc(kSize);
         for (int i : {0, 1, 3, 2}) lm_free(q[i]);
       }
-      // One look at the bins in the 16 refills of another class.
-      const uint64_t events0 = stat("span_refills") + stat("cache_flushes");
-      while (stat("span_refills") + stat("cache_flushes") - events0 < 16) b.push_back(lm_malloc(48));
+      make_slow_path_events(b, 16);  // one look at the bins, in another class's refills
     }
     EXPECT_EQ(stat("cache_idle_flushes"), idle0) << "class " << c << " flushed as idle while in use";
     for (void* p : b) lm_free(p);
