@@ -577,12 +577,14 @@ LM_NOINLINE void bin_overflow(Span* s, void* p) {
   }
   Block** t = bin.ftop;
   if (LM_UNLIKELY(t == bin.flimit)) {
-    // Full again: bin_event's look at the bins, with the heap let go since
-    // the flush, may have put the stacks back after a collector's take and
-    // a grown bin back to bin_cap (bins_to_start) with the free stack at
-    // its new limit.  p goes to its span.  (Pushed, it went one entry past
-    // the limit, which no later push tests for: the stack ran on into the
-    // next class's slots and the next heap record.)
+    // Full again: after a collector's take, bins_to_start puts the stacks
+    // back and a grown bin back to bin_cap, which can leave the free stack
+    // at its new limit.  It runs in the flush (which keeps half the
+    // capacity it was called with, the old one) and in bin_event's look at
+    // the bins, with the heap let go since the flush.  p goes to its span.
+    // (Pushed, it went one entry past the limit, which no later push tests
+    // for: the stack ran on into the next class's slots and the next heap
+    // record.)
     return_object(h, s, p);
     return;
   }
