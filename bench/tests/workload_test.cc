@@ -188,6 +188,23 @@ TEST(Workload, RptestBoundsItsInboxes) {
   EXPECT_EQ(bad.exit_code(), 2) << bad.describe();
 }
 
+// --rounds fixes mleak's work (for callgrind, fault and syscall counts per
+// thread): exactly rounds x threads threads, however long they take.
+TEST(Workload, MleakRunsExactlyItsRounds) {
+  ASSERT_EQ(g_workload, "mleak") << "run with --workload mleak";
+  auto opts = test::options();
+  opts.env["LD_PRELOAD"] = g_preload.empty() ? std::nullopt : std::optional<std::string>(g_preload);
+  const auto r = spawn({g_lazybench, "run", "mleak", "-S", "30", "--rounds", "7", "-t", "3"}, opts);
+  ASSERT_EQ(r.exit_code(), 0) << r.describe();
+  std::string error;
+  const auto result = find_result(r.out, &error);
+  ASSERT_TRUE(result) << error << "\n" << r.describe();
+  const auto threads = result->extra_value("threads");
+  ASSERT_TRUE(threads) << r.out;
+  EXPECT_EQ(*threads, 21) << r.out;
+  EXPECT_LT(r.elapsed_s, 20) << "the rounds end the run, not -S";
+}
+
 TEST(Workload, PhasesWritesTimeSeries) {
   ASSERT_EQ(g_workload, "phases") << "run with --workload phases";
   const auto file = std::filesystem::temp_directory_path() /

@@ -1,7 +1,9 @@
 // mleak: many short-lived threads, each leaving behind one small object,
 // after the mleak program of the allocator benchmark suites.
 //
-// Rounds of --threads (10) threads are started and joined, for -S seconds.
+// Rounds of --threads (10) threads are started and joined, for -S seconds
+// (or exactly --rounds rounds: a fixed amount of work, for instruction,
+// fault and system call counts per thread that runs can be compared by).
 // Each thread callocs one object of --size bytes (128), swaps it into a
 // random slot of a shared table of --slots (1000), and frees what was there:
 // an object that another, finished, thread allocated.  So every thread sets
@@ -50,6 +52,7 @@ class Mleak final : public Workload {
     o.count("-t,--threads", &threads_, "Threads started and joined per round");
     o.size("--size", &size_, "Bytes each thread allocates");
     o.count("--slots", &slots_, "Objects the threads leave behind (a shared table)");
+    o.count("--rounds", &rounds_, "Run exactly this many rounds instead of -S seconds (0: timed)");
   }
 
   std::string validate() override {
@@ -69,29 +72,39 @@ class Mleak final : public Workload {
     std::vector<ThreadArg> args(n, ThreadArg{&shared, 0});
     std::uint64_t started = 0;
     Rng rng(seed);
-    const double elapsed = run_timed_threads(
-        1, seconds_,
-        [&](unsigned, const StopFlag& stop) {
-          while (!stop.stopped()) {
-            unsigned created = 0;
-            for (; created < n; ++created) {
-              args[created].slot = rng.below(slots_);
-              if (pthread_create(&ids[created], nullptr, leak_one, &args[created]) != 0) break;
-            }
-            // Every thread started is joined before any error is thrown:
-            // they use args and the table.
-            bool failed = false;
-            for (unsigned i = 0; i < created; ++i) {
-              void* result = nullptr;
-              pthread_join(ids[i], &result);
-              failed |= result == nullptr;
-            }
-            if (created < n) throw WorkloadError("mleak: pthread_create failed");
-            if (failed) throw WorkloadError("mleak: calloc returned NULL");
-            started += n;
-          }
-        },
-        [&] { measure.begin(); }, [&] { measure.end(); });
+    const auto round = [&] {
+      unsigned created = 0;
+      for (; created < n; ++created) {
+        args[created].slot = rng.below(slots_);
+        if (pthread_create(&ids[created], nullptr, leak_one, &args[created]) != 0) break;
+      }
+      // Every thread started is joined before any error is thrown:
+      // they use args and the table.
+      bool failed = false;
+      for (unsigned i = 0; i < created; ++i) {
+        void* result = nullptr;
+        pthread_join(ids[i], &result);
+        failed |= result == nullptr;
+      }
+      if (created < n) throw WorkloadError("mleak: pthread_create failed");
+      if (failed) throw WorkloadError("mleak: calloc returned NULL");
+      started += n;
+    };
+    double elapsed = 0;
+    if (rounds_ > 0) {
+      measure.begin();
+      const auto start = Clock::now();
+      for (std::uint64_t r = 0; r < rounds_; ++r) round();
+      elapsed = seconds_since(start);
+      measure.end();
+    } else {
+      elapsed = run_timed_threads(
+          1, seconds_,
+          [&](unsigned, const StopFlag& stop) {
+            while (!stop.stopped()) round();
+          },
+          [&] { measure.begin(); }, [&] { measure.end(); });
+    }
     for (auto& slot : table) std::free(slot.load(std::memory_order_relaxed));
     Outcome out;
     out.metric = {"throughput", static_cast<double>(started) / elapsed, "threads/s", true};
@@ -104,6 +117,7 @@ class Mleak final : public Workload {
   std::uint64_t threads_ = 10;
   std::uint64_t size_ = 128;
   std::uint64_t slots_ = 1000;
+  std::uint64_t rounds_ = 0;
 };
 
 }  // namespace
