@@ -338,8 +338,10 @@ void release_to_backend(Span* s, bool contents_gone) {
 // free() of a large or huge block.
 LM_NOINLINE void free_generic(void* p, Span* s) {
   if (s->discard) lm_invalid_pointer("free", p, "discardable memory (use lazymalloc_discardable_free)");
-  if (p != block_start(s)) lm_invalid_pointer("free", p, "points inside a block");
+  // Cached first: a block joined to the cached one below it (large_cache_put)
+  // lies inside that one, and its second free is a double free.
   if (s->cached) lm_invalid_pointer("free", p, "double free (the block is already free)");
+  if (p != block_start(s)) lm_invalid_pointer("free", p, "points inside a block");
   Heap* h = tl_heap;
   heap_count(h, HeapStat::large_frees);
   if (s->kind == SpanKind::kLarge) {

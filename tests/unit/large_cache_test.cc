@@ -408,6 +408,21 @@ TEST_F(LargeCache, ASecondFreeOfACachedBlockAborts) {
   EXPECT_DEATH(lm_realloc(p, 700 * kKiB), "lazymalloc: realloc\\(\\): invalid pointer 0x[0-9a-f]+: double free");
 }
 
+// A block joined to the cached block below it lies inside that one: its
+// second free is still reported as a double free.
+TEST_F(LargeCache, ASecondFreeOfAJoinedBlockAborts) {
+  char* big = static_cast<char*>(lm_malloc(1024 * kKiB));
+  lm_free(big);
+  char* a = static_cast<char*>(lm_malloc(300 * kKiB));  // cut from big
+  char* b = static_cast<char*>(lm_malloc(300 * kKiB));  // cut from the rest
+  ASSERT_EQ(a, big);
+  ASSERT_EQ(b, big + 320 * kKiB);
+  lm_free(a);
+  lm_free(b);  // joins a
+  EXPECT_DEATH(lm_free(b), "lazymalloc: free\\(\\): invalid pointer 0x[0-9a-f]+: double free");
+  EXPECT_DEATH(lm_realloc(b, 700 * kKiB), "lazymalloc: realloc\\(\\): invalid pointer 0x[0-9a-f]+: double free");
+}
+
 // A worker frees large blocks and blocks: the collector gives them back
 // once the heap has been quiet for the idle time, not before.  Another
 // worker's exit gives its blocks back at once.
