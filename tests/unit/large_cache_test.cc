@@ -477,8 +477,14 @@ TEST_F(LargeCache, ACutAndAJoinWriteNoProcessWideState) {
   const uint64_t splits = stat("large_cache_splits"), joins = stat("large_cache_joins");
   constexpr int kRounds = 100;
   for (int i = 0; i < kRounds; ++i) {
-    char* p = static_cast<char*>(lm_malloc(260 * kKiB + size_t(i) * kKiB));  // 5 units
+    // The cut takes the record the last join kept (no pool lock), the
+    // join keeps the record of the part that came back.
+    Span* spare = detail::tl_heap->large_spare;
+    ASSERT_NE(spare, nullptr) << i;
+    char* p = static_cast<char*>(lm_malloc(260 * kKiB + size_t(i % 60) * kKiB));  // 5 units
     ASSERT_EQ(p, big) << i;
+    EXPECT_EQ(detail::g.backend.span_of(big + 320 * kKiB), spare) << "the rest's record";
+    EXPECT_EQ(detail::tl_heap->large_spare, nullptr);
     p[0] = char(i);
     lm_free(p);
   }
