@@ -232,11 +232,13 @@ bool large_cache_put(Heap* h, Span* s) {
   timeline_cached(int64_t(s->bytes));
   // Joined with the cached blocks it adjoins in its slot (one on each side
   // at most; a join leaves the other side's boundary where it was), as long
-  // as the whole stays within the cap.
+  // as the whole stays within the cap and a large block (kMaxLarge: the
+  // backend's resize and promotion take a large span for at most that).
   if (Backend::in_one_slot(s)) {
     for (uint32_t i = h->large_cached; i-- > 0;) {
       Span* c = h->large_cache[i];
-      if (c->slot != s->slot || !Backend::in_one_slot(c) || c->bytes + s->bytes > cap) continue;
+      const uint64_t joined = c->bytes + s->bytes;
+      if (c->slot != s->slot || !Backend::in_one_slot(c) || joined > cap || joined > kMaxLarge) continue;
       const bool below = c->first_unit + c->nunits == s->first_unit;
       if (!below && s->first_unit + s->nunits != c->first_unit) continue;
       large_cache_unlist(h, i);

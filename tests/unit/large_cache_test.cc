@@ -121,6 +121,25 @@ TEST_F(LargeCache, ABlockMoreThanTwiceTheRequestIsCutAndTheRestStaysCached) {
   EXPECT_EQ(lm_check_invariants(), nullptr);
 }
 
+// Joins stop at a large block's size (kMaxLarge): two adjoining 1 MiB
+// blocks stay two cached blocks.
+TEST_F(LargeCache, AJoinMakesNoBlockLargerThanALargeBlock) {
+  std::vector<void*> live;  // room under the peak and half the live bytes for 2 MiB
+  for (int i = 0; i < 4; ++i) live.push_back(lm_malloc(1024 * kKiB));
+  char* x = static_cast<char*>(lm_malloc(1024 * kKiB));
+  char* y = static_cast<char*>(lm_malloc(1024 * kKiB));
+  ASSERT_EQ(y, x + 1024 * kKiB) << "two 1 MiB blocks fill a fresh slot";
+  const uint64_t joins = stat("large_cache_joins");
+  lm_free(x);
+  lm_free(y);
+  EXPECT_EQ(stat("large_cache_joins"), joins);
+  EXPECT_EQ(stat("large_cache_bytes"), 2048 * kKiB);
+  EXPECT_EQ(detail::g.backend.span_of(x), detail::g.backend.span_of(x + 1023 * kKiB));
+  EXPECT_NE(detail::g.backend.span_of(x), detail::g.backend.span_of(y));
+  for (void* p : live) lm_free(p);
+  EXPECT_EQ(lm_check_invariants(), nullptr);
+}
+
 // A cut leaves no block too small for a large malloc in the cache: a block
 // with less than a large block's units (5) beyond the request is not cut.
 TEST_F(LargeCache, ACutLeavesALargeBlock) {
