@@ -583,6 +583,34 @@ void Backend::run_batch(SlotMeta* first, size_t n, size_t max_range, PurgeBatch*
   }
 }
 
+// No lock: the units stay `used`, and only the caller holds them, so no
+// one else reads or writes their unit map entries (span_of of a pointer
+// into them would be a use after free).
+Span* Backend::split_units(Span* s, unsigned units, Span* rec) {
+  if (rec) memset(static_cast<void*>(rec), 0, sizeof(Span));
+  else if (!(rec = new_span())) return nullptr;
+  rec->slot = s->slot;
+  rec->first_unit = s->first_unit + units;
+  rec->nunits = uint16_t(s->nunits - units);
+  rec->start = s->start + size_t(units) * kUnitSize;
+  rec->bytes = size_t(rec->nunits) * kUnitSize;
+  rec->kind = SpanKind::kLarge;
+  rec->zero = s->zero;
+  rec->cached = s->cached;
+  s->nunits = uint16_t(units);
+  s->bytes = size_t(units) * kUnitSize;
+  for (unsigned u = 0; u < rec->nunits; ++u) s->slot->unit_span[rec->first_unit + u] = rec;
+  return rec;
+}
+
+Span* Backend::join_units(Span* lo, Span* hi) {
+  for (unsigned u = 0; u < hi->nunits; ++u) lo->slot->unit_span[hi->first_unit + u] = lo;
+  lo->nunits = uint16_t(lo->nunits + hi->nunits);
+  lo->bytes += hi->bytes;
+  lo->zero = lo->zero && hi->zero;
+  return hi;
+}
+
 bool Backend::resize(Span* s, size_t bytes) {
   if (bytes == 0 || bytes > kMaxRequest) return false;
   uint64_t now = platform_->now_ns(platform_->ctx);

@@ -259,6 +259,25 @@ class Backend {
   // it cannot.  Small spans are never resized.
   bool resize(Span* span, size_t bytes);
 
+  // Large blocks held by one thread (a thread's large cache, frontend/large.cc)
+  // cut and joined without the lock: their units stay in use to the
+  // backend, only their records and the unit map change.  REQUIRES: the
+  // caller alone holds the spans (no live pointer into them elsewhere), each
+  // a large unit run inside one slot (`in_one_slot`).
+  static bool in_one_slot(const Span* s) {
+    return s->kind == SpanKind::kLarge && s->first_unit + s->nunits <= kUnitsPerSlot;
+  }
+  // `s` keeps its first `units` (0 < units < s->nunits) units; the rest
+  // becomes a span of its own in `rec` (a record from span_record, or
+  // nullptr: one is taken here), which is returned; nullptr when no record
+  // could be had (then `s` is unchanged).
+  Span* split_units(Span* s, unsigned units, Span* rec);
+  // `lo` takes `hi`, the run that follows it in the same slot; returns hi's
+  // record, no longer used (for span_record_free, or a later split_units).
+  Span* join_units(Span* lo, Span* hi);
+  // A span record outside the backend's use (the pool's own lock only).
+  void span_record_free(Span* s) { spans_.free(s); }
+
   // Lock-free: the span covering `p`, or nullptr if `p` is not in a live span
   // of this backend (foreign pointer, or a freed unit).
   Span* span_of(const void* p) const {

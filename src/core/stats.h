@@ -45,6 +45,10 @@ class Writer;
   X(large_allocs, counter, "large blocks allocated")                                             \
   X(large_cache_hits, counter, "large mallocs served from the thread's cache of freed large blocks " \
     "(no backend lock)")                                                                          \
+  X(large_cache_splits, counter, "of large_cache_hits, those served by cutting a cached block more " \
+    "than twice the request: the request's units go, the rest stays cached (no backend lock)")   \
+  X(large_cache_joins, counter, "freed large blocks joined in the thread's cache with a cached "   \
+    "block they adjoin in the same slot, so that a larger request can be served (no backend lock)") \
   X(large_cache_bytes, gauge, "bytes of freed large blocks in threads' caches (in use to the "      \
     "backend; back after decay_ms of quiet, or when the thread exits)")                             \
   X(huge_allocs, counter, "huge blocks allocated")                                               \
@@ -206,7 +210,9 @@ inline constexpr unsigned kHeapStatCount = unsigned(HeapStat::kCount);
 // moves between the cores (issue #16).  A gauge's parts may be differences
 // modulo 2^64 (a block allocated by one heap and freed by another): the sum
 // stays exact.
-#define LAZYMALLOC_FOLDED_STATS(X) X(large_blocks) X(large_allocs) X(large_cache_hits) X(large_cache_bytes)
+#define LAZYMALLOC_FOLDED_STATS(X)                                                   \
+  X(large_blocks) X(large_allocs) X(large_cache_hits) X(large_cache_splits) X(large_cache_joins) \
+  X(large_cache_bytes)
 
 enum class Folded : unsigned {
 #define LM_FOLDED_ENUM(name) name,

@@ -244,6 +244,10 @@ struct Heap {
   // aborts): the next miss gives it back in the same backend lock hold as
   // its allocation, whose run may then take its units.
   Span* large_evicted = nullptr;
+  // A span record left over from a join in the cache, for the next split
+  // (large.cc): a thread that cuts and joins its blocks in turn takes no
+  // record from the process-wide pool.  Freed with the cache.
+  Span* large_spare = nullptr;
   // Large bytes the thread allocated less those it freed, never below 0
   // (others' frees of its blocks count on their heaps, down to 0; 0 again
   // when the thread exits): the cache holds at most half of it

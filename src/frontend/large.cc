@@ -112,25 +112,63 @@ void large_cache_give(Heap* h, uint32_t i, Span** out) {
   *out = s;
 }
 
+// The fewest units a large block has (above kMaxSmall): a cached block
+// is cut only if the rest can serve a large malloc.
+constexpr unsigned kLargeMinUnits = unsigned(kMaxSmall / kUnitSize) + 1;
+
+// REQUIRES h held: a record no longer used (a join's) is kept for the
+// next split, or goes back to the pool if one is kept already.
+void large_spare_put(Heap* h, Span* rec) {
+  if (h->large_spare) g.backend.span_record_free(rec);
+  else h->large_spare = rec;
+}
+
 // A hit, or nullptr and *give_back: the blocks for the backend allocation
 // that follows (Backend::alloc releases them in the same lock hold, so that
 // a miss costs one lock hold, not two): the evicted block; the cached blocks
 // smaller than the request, which could not serve it (the thread's demand
 // has moved to bigger blocks; the new run may take their units); and the
 // oldest ones beyond the cap once the new block is live.
+//
+// A hit is the smallest block within 2x of the request, taken whole; else
+// the smallest block larger than that, inside one slot, is cut
+// (Backend::split_units): the request's units go, the rest (a large block
+// still, kLargeMinUnits or more) stays cached where the block was.  Blocks
+// come back joined with their cached neighbours (large_cache_put), so that
+// the cache's bytes serve the big requests too: a miss, one backend lock
+// hold, is what a request finds no run for in the thread's own free bytes.
 Span* large_cache_take(Heap* h, size_t size, Span** give_back) {
   HeapGuard guard(h);
-  uint32_t best = kLargeCacheSlots;
+  const unsigned units = unsigned(align_up(size, kUnitSize) >> kUnitShift);
+  uint32_t best = kLargeCacheSlots, cut = kLargeCacheSlots;
   for (uint32_t i = h->large_cached; i-- > 0;) {
     const Span* s = h->large_cache[i];
-    if (s->bytes < size || s->bytes > 2 * size) continue;
-    if (best == kLargeCacheSlots || s->bytes < h->large_cache[best]->bytes) best = i;
+    if (s->bytes < size) continue;
+    if (s->bytes <= 2 * size) {
+      if (best == kLargeCacheSlots || s->bytes < h->large_cache[best]->bytes) best = i;
+    } else if (s->nunits >= units + kLargeMinUnits && Backend::in_one_slot(s) &&
+               (cut == kLargeCacheSlots || s->bytes < h->large_cache[cut]->bytes)) {
+      cut = i;
+    }
   }
   if (best != kLargeCacheSlots) {
     large_count(h, Folded::large_cache_hits, 1);
     Span* hit = large_cache_unlist(h, best);
     large_uncount(h, hit);
     return hit;
+  }
+  if (cut != kLargeCacheSlots) {
+    Span* hit = h->large_cache[cut];
+    Span* spare = h->large_spare;
+    if (Span* rest = g.backend.split_units(hit, units, spare)) {
+      if (rest == spare) h->large_spare = nullptr;
+      h->large_cache[cut] = rest;
+      h->large_cache_bytes -= hit->bytes;
+      large_count(h, Folded::large_cache_hits, 1);
+      large_count(h, Folded::large_cache_splits, 1);
+      large_uncount(h, hit);
+      return hit;
+    }
   }
   // A large malloc after a large free: the thread reuses large blocks,
   // and its cache takes them from now on (large_cache_put).
@@ -188,13 +226,32 @@ bool large_cache_put(Heap* h, Span* s) {
   uint64_t cap = large_cache_cap(h, h->large_live);
   if (s->bytes > cap) return false;
   HeapGuard guard(h);
-  while (h->large_cached == kLargeCacheSlots || h->large_cache_bytes + s->bytes > cap) large_cache_evict(h);
   s->cached = 1;
   s->zero = 0;
-  h->large_cache[h->large_cached++] = s;
-  h->large_cache_bytes += s->bytes;
   large_count(h, Folded::large_cache_bytes, s->bytes);
   timeline_cached(int64_t(s->bytes));
+  // Joined with the cached blocks it adjoins in its slot (one on each side
+  // at most; a join leaves the other side's boundary where it was), as long
+  // as the whole stays within the cap and a large block (kMaxLarge: the
+  // backend's resize and promotion take a large span for at most that).
+  if (Backend::in_one_slot(s)) {
+    for (uint32_t i = h->large_cached; i-- > 0;) {
+      Span* c = h->large_cache[i];
+      const uint64_t joined = c->bytes + s->bytes;
+      if (c->slot != s->slot || !Backend::in_one_slot(c) || joined > cap || joined > kMaxLarge) continue;
+      const bool below = c->first_unit + c->nunits == s->first_unit;
+      if (!below && s->first_unit + s->nunits != c->first_unit) continue;
+      large_cache_unlist(h, i);
+      large_spare_put(h, below ? g.backend.join_units(c, s) : g.backend.join_units(s, c));
+      if (below) s = c;
+      large_count(h, Folded::large_cache_joins, 1);
+    }
+  }
+  while (h->large_cached && (h->large_cached == kLargeCacheSlots || h->large_cache_bytes + s->bytes > cap)) {
+    large_cache_evict(h);
+  }
+  h->large_cache[h->large_cached++] = s;
+  h->large_cache_bytes += s->bytes;
   return true;
 }
 
@@ -216,6 +273,10 @@ void large_peak_reset(Heap* h, bool exiting) {
 }
 
 void large_cache_drain(Heap* h) {
+  if (h->large_spare) {
+    g.backend.span_record_free(h->large_spare);
+    h->large_spare = nullptr;
+  }
   while (h->large_cached) large_cache_evict(h);
   if (Span* s = large_evicted_take(h)) {
     s->next = h->to_release;
@@ -279,8 +340,10 @@ void release_to_backend(Span* s, bool contents_gone) {
 // free() of a large or huge block.
 LM_NOINLINE void free_generic(void* p, Span* s) {
   if (s->discard) lm_invalid_pointer("free", p, "discardable memory (use lazymalloc_discardable_free)");
-  if (p != block_start(s)) lm_invalid_pointer("free", p, "points inside a block");
+  // Cached first: a block joined to the cached one below it (large_cache_put)
+  // lies inside that one, and its second free is a double free.
   if (s->cached) lm_invalid_pointer("free", p, "double free (the block is already free)");
+  if (p != block_start(s)) lm_invalid_pointer("free", p, "points inside a block");
   Heap* h = tl_heap;
   heap_count(h, HeapStat::large_frees);
   if (s->kind == SpanKind::kLarge) {

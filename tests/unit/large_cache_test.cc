@@ -5,6 +5,7 @@
 // real backend through the lm_* entry points, background thread off.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
@@ -31,6 +32,18 @@ void warm_cache() {
   lm_free(lm_malloc(300 * kKiB));
   lm_free(lm_malloc(300 * kKiB));
   lm_thread_collect();
+}
+
+// n blocks of `size`, each followed by a live block of 256 KiB + 1 (320
+// KiB) in *apart, so that freed ones do not adjoin (a free joins a block
+// to the cached blocks it adjoins, large_cache_put).
+std::vector<void*> apart_blocks(int n, size_t size, std::vector<void*>* apart) {
+  std::vector<void*> v;
+  for (int i = 0; i < n; ++i) {
+    v.push_back(lm_malloc(size));
+    apart->push_back(lm_malloc(256 * kKiB + 1));
+  }
+  return v;
 }
 
 class LargeCache : public ::testing::Test {
@@ -70,19 +83,82 @@ TEST_F(LargeCache, AFreedBlockServesTheNextMallocThatFitsIt) {
   EXPECT_EQ(lm_check_invariants(), nullptr);
 }
 
-// The miss then gives the 1 MiB block back (with the 320 KiB block live,
-// the thread's peak, 1 MiB, leaves its cache 704 KiB), in the lock hold
-// that allocates the new block, which may take its first units.
-TEST_F(LargeCache, ABlockMuchLargerThanTheRequestIsNotUsed) {
+// A cached block more than twice the request is cut (Backend::split_units,
+// no backend lock): the request's units go, the rest stays cached, a large
+// block that serves the next request it fits.  The thread's blocks and its
+// cache together still hold what they did (its peak less its live bytes).
+TEST_F(LargeCache, ABlockMoreThanTwiceTheRequestIsCutAndTheRestStaysCached) {
   char* big = static_cast<char*>(lm_malloc(1024 * kKiB));
   lm_free(big);
-  const uint64_t hits = stat("large_cache_hits");
+  const uint64_t hits = stat("large_cache_hits"), splits = stat("large_cache_splits");
+  const uint64_t frees = stat("large_frees");
   char* small = static_cast<char*>(lm_malloc(300 * kKiB));  // 1 MiB > 2 x 300 KiB
-  ASSERT_NE(small, nullptr);
+  EXPECT_EQ(small, big);
   EXPECT_EQ(lm_usable_size(small), 320 * kKiB);
-  EXPECT_EQ(stat("large_cache_hits"), hits);
+  EXPECT_EQ(stat("large_cache_hits"), hits + 1);
+  EXPECT_EQ(stat("large_cache_splits"), splits + 1);
+  EXPECT_EQ(stat("large_cache_bytes"), 704 * kKiB);
+  EXPECT_EQ(lm_check_invariants(), nullptr);
+  char* rest = static_cast<char*>(lm_malloc(600 * kKiB));  // 704 KiB serves it within 2x
+  EXPECT_EQ(rest, big + 320 * kKiB);
+  EXPECT_EQ(lm_usable_size(rest), 704 * kKiB);
+  EXPECT_EQ(stat("large_cache_hits"), hits + 2);
   EXPECT_EQ(stat("large_cache_bytes"), 0u);
+  memset(small, 1, 300 * kKiB);
+  memset(rest, 2, 600 * kKiB);
+  EXPECT_EQ(lm_check_invariants(), nullptr);
+  // Freed one after the other, the two join again in the cache: one block.
+  const uint64_t joins = stat("large_cache_joins");
+  lm_free(rest);
   lm_free(small);
+  EXPECT_EQ(stat("large_cache_joins"), joins + 1);
+  EXPECT_EQ(stat("large_cache_bytes"), 1024 * kKiB);
+  EXPECT_EQ(stat("large_frees"), frees + 2);
+  char* again = static_cast<char*>(lm_malloc(1000 * kKiB));
+  EXPECT_EQ(again, big);
+  EXPECT_EQ(lm_usable_size(again), 1024 * kKiB);
+  lm_free(again);
+  EXPECT_EQ(lm_check_invariants(), nullptr);
+}
+
+// Joins stop at a large block's size (kMaxLarge): two adjoining 1 MiB
+// blocks stay two cached blocks.
+TEST_F(LargeCache, AJoinMakesNoBlockLargerThanALargeBlock) {
+  std::vector<void*> live;  // room under the peak and half the live bytes for 2 MiB
+  for (int i = 0; i < 4; ++i) live.push_back(lm_malloc(1024 * kKiB));
+  char* x = static_cast<char*>(lm_malloc(1024 * kKiB));
+  char* y = static_cast<char*>(lm_malloc(1024 * kKiB));
+  ASSERT_EQ(y, x + 1024 * kKiB) << "two 1 MiB blocks fill a fresh slot";
+  const uint64_t joins = stat("large_cache_joins");
+  lm_free(x);
+  lm_free(y);
+  EXPECT_EQ(stat("large_cache_joins"), joins);
+  EXPECT_EQ(stat("large_cache_bytes"), 2048 * kKiB);
+  EXPECT_EQ(detail::g.backend.span_of(x), detail::g.backend.span_of(x + 1023 * kKiB));
+  EXPECT_NE(detail::g.backend.span_of(x), detail::g.backend.span_of(y));
+  for (void* p : live) lm_free(p);
+  EXPECT_EQ(lm_check_invariants(), nullptr);
+}
+
+// A cut leaves no block too small for a large malloc in the cache: a block
+// with less than a large block's units (5) beyond the request is not cut.
+TEST_F(LargeCache, ACutLeavesALargeBlock) {
+  std::vector<void*> live;  // room under the peak for what follows
+  for (int i = 0; i < 4; ++i) live.push_back(lm_malloc(1024 * kKiB));
+  for (void* p : live) lm_free(p);
+  lm_thread_collect();
+  for (int i = 0; i < 4; ++i) live[i] = lm_malloc(1024 * kKiB);
+  char* block = static_cast<char*>(lm_malloc(560 * kKiB));  // 576 KiB: 9 units
+  lm_free(block);
+  ASSERT_EQ(stat("large_cache_bytes"), 576 * kKiB);
+  const uint64_t hits = stat("large_cache_hits"), splits = stat("large_cache_splits");
+  // 270 KiB takes 5 units; 4 would be left: no cut, and 576 KiB > 2 x 270 KiB.
+  void* p = lm_malloc(270 * kKiB);
+  EXPECT_EQ(stat("large_cache_hits"), hits);
+  EXPECT_EQ(stat("large_cache_splits"), splits);
+  lm_free(p);
+  for (void* q : live) lm_free(q);
+  EXPECT_EQ(lm_check_invariants(), nullptr);
 }
 
 // The request uses at least half of a cached block: 1 MiB serves 520 KiB
@@ -152,17 +228,18 @@ TEST_F(LargeCache, AGaugeSumsOverHeapsWhenAnotherThreadFrees) {
 TEST_F(LargeCache, HoldsAtMostEightBlocksAndTheOptionsBytes) {
   std::vector<void*> live;
   for (int i = 0; i < 16; ++i) live.push_back(lm_malloc(300 * kKiB));  // 16 x 320 KiB
-  std::vector<void*> v;
-  for (int i = 0; i < 12; ++i) v.push_back(lm_malloc(300 * kKiB));
+  const uint64_t joins = stat("large_cache_joins");
+  std::vector<void*> v = apart_blocks(12, 300 * kKiB, &live);
   for (void* p : v) lm_free(p);
+  ASSERT_EQ(stat("large_cache_joins"), joins) << "blocks apart";
   // 320 KiB spans: 8 slots bind first (2.5 MiB), under the 4 MiB limit.
   EXPECT_EQ(stat("large_cache_bytes"), (8 + 1) * 320 * kKiB);
   lm_thread_collect();
   EXPECT_EQ(stat("large_cache_bytes"), 0u);
   option_set(unsigned(Opt::large_cache), 1 << 20);
-  v.clear();
-  for (int i = 0; i < 6; ++i) v.push_back(lm_malloc(300 * kKiB));
+  v = apart_blocks(6, 300 * kKiB, &live);
   for (void* p : v) lm_free(p);
+  ASSERT_EQ(stat("large_cache_joins"), joins) << "blocks apart";
   EXPECT_EQ(stat("large_cache_bytes"), (3 + 1) * 320 * kKiB);  // 1 MiB binds
   option_set(unsigned(Opt::large_cache), 0);
   lm_thread_collect();
@@ -180,12 +257,20 @@ TEST_F(LargeCache, HoldsAtMostHalfTheThreadsLiveLargeBytes) {
   std::vector<void*> v;
   for (int i = 0; i < 4; ++i) v.push_back(lm_malloc(700 * kKiB));  // 704 KiB spans
   for (void* p : v) lm_free(p);
-  // Nothing live any more: 1 MiB holds one block, the one before waits.
+  // Nothing live any more: 1 MiB holds one block, the one before waits
+  // (two adjoining 704 KiB blocks would be more than 1 MiB: no join).
   EXPECT_EQ(stat("large_cache_bytes"), 2 * 704 * kKiB);
-  const uint64_t releases_before = stat("large_frees");
-  void* miss = lm_malloc(300 * kKiB);  // 704 KiB > 2 x 300 KiB: a miss
+  const uint64_t hits = stat("large_cache_hits");
+  void* miss = lm_malloc(330 * kKiB);  // 704 KiB > 2 x 330 KiB, and 6 units leave 5: a cut
   ASSERT_NE(miss, nullptr);
-  EXPECT_EQ(stat("large_cache_bytes"), 704 * kKiB) << "the evicted block went back with the miss";
+  EXPECT_EQ(stat("large_cache_hits"), hits + 1);
+  EXPECT_EQ(stat("large_cache_bytes"), 2 * 704 * kKiB - 384 * kKiB);
+  lm_free(miss);
+  const uint64_t releases_before = stat("large_frees");
+  miss = lm_malloc(1000 * kKiB);  // larger than any cached block: a miss
+  ASSERT_NE(miss, nullptr);
+  EXPECT_EQ(stat("large_cache_hits"), hits + 1);
+  EXPECT_EQ(stat("large_cache_bytes"), 0u) << "the evicted and the smaller blocks went back with the miss";
   EXPECT_EQ(stat("large_frees"), releases_before);
   EXPECT_EQ(lm_check_invariants(), nullptr);
   lm_free(miss);
@@ -208,7 +293,9 @@ TEST_F(LargeCache, TheSmallestBlockThatFitsServesAMalloc) {
   std::vector<void*> live;  // 8 MiB live: room for the cache (half of live, peak less live)
   for (int i = 0; i < 8; ++i) live.push_back(lm_malloc(1024 * kKiB));
   char* mid = static_cast<char*>(lm_malloc(600 * kKiB));   // 640 KiB
+  live.push_back(lm_malloc(256 * kKiB + 1));               // apart
   char* big = static_cast<char*>(lm_malloc(1024 * kKiB));  // 1 MiB
+  live.push_back(lm_malloc(256 * kKiB + 1));
   char* top = static_cast<char*>(lm_malloc(800 * kKiB));   // 832 KiB
   lm_free(mid);
   lm_free(big);
@@ -231,48 +318,43 @@ TEST_F(LargeCache, TheSmallestBlockThatFitsServesAMalloc) {
 }
 
 // A miss gives back the cached blocks smaller than its request (they could
-// not serve it), with the evicted one, in its own backend lock hold; a
-// block too big to serve it within 2x stays while the cap leaves it room.
+// not serve it), with the evicted one, in its own backend lock hold.  (A
+// block larger than the request serves it: within 2x, or cut.)
 TEST_F(LargeCache, AMissGivesBackTheSmallerCachedBlocks) {
   std::vector<void*> live;
   for (int i = 0; i < 8; ++i) live.push_back(lm_malloc(1024 * kKiB));
-  std::vector<void*> smaller;  // 9 x 320 KiB
-  for (int i = 0; i < 9; ++i) smaller.push_back(lm_malloc(300 * kKiB));
-  char* big = static_cast<char*>(lm_malloc(1024 * kKiB));
+  std::vector<void*> smaller = apart_blocks(9, 300 * kKiB, &live);  // 9 x 320 KiB
   for (void* p : smaller) lm_free(p);
-  lm_free(big);
-  // 8 slots: seven 320 KiB blocks and the 1 MiB one, one 320 KiB evicted
-  // (counted), one gone back.
-  ASSERT_EQ(stat("large_cache_bytes"), (8 * 320 + 1024) * kKiB);
+  // 8 slots of 320 KiB blocks, one evicted (counted).
+  ASSERT_EQ(stat("large_cache_bytes"), 9 * 320 * kKiB);
   const uint64_t hits = stat("large_cache_hits");
-  void* miss = lm_malloc(500 * kKiB);  // 320 KiB < 500 KiB, 1 MiB > 2 x 500 KiB
+  void* miss = lm_malloc(500 * kKiB);  // 320 KiB < 500 KiB
   ASSERT_NE(miss, nullptr);
   EXPECT_EQ(stat("large_cache_hits"), hits);
-  EXPECT_EQ(stat("large_cache_bytes"), 1024 * kKiB) << "the smaller blocks went back with the miss";
+  EXPECT_EQ(stat("large_cache_bytes"), 0u) << "the smaller blocks went back with the miss";
   EXPECT_EQ(lm_check_invariants(), nullptr);
-  char* q = static_cast<char*>(lm_malloc(1000 * kKiB));
-  EXPECT_EQ(q, big);
-  EXPECT_EQ(stat("large_cache_hits"), hits + 1);
-  lm_free(q);
   lm_free(miss);
   for (void* b : live) lm_free(b);
   EXPECT_EQ(lm_check_invariants(), nullptr);
 }
 
 // The cache holds at most the thread's peak of live large bytes less those
-// it holds live: with two 1 MiB blocks at the peak, one freed is cached, and
-// a miss for a 320 KiB block gives it back (1 MiB + 320 KiB live leaves
-// 704 KiB under the peak).  A thread that has held no large block since
+// it holds live: with a 576 KiB and a 1 MiB block at the peak, the first
+// freed is cached, and a miss for 270 KiB (a 320 KiB block; 576 KiB is more than
+// twice that, and a cut would leave 4 units) gives it back (1 MiB + 320 KiB
+// live leaves 256 KiB under the peak).  A thread that has held no large block since
 // lm_thread_collect or since its heap's last thread exited caches none
 // that another thread allocated.
 TEST_F(LargeCache, HoldsAtMostThePeakLessTheLiveLargeBytes) {
-  char* a = static_cast<char*>(lm_malloc(1024 * kKiB));
+  char* a = static_cast<char*>(lm_malloc(560 * kKiB));
   char* b = static_cast<char*>(lm_malloc(1024 * kKiB));
   lm_free(a);
-  EXPECT_EQ(stat("large_cache_bytes"), 1024 * kKiB);
-  void* small = lm_malloc(300 * kKiB);  // a miss: 1 MiB > 2 x 300 KiB
+  EXPECT_EQ(stat("large_cache_bytes"), 576 * kKiB);
+  const uint64_t hits = stat("large_cache_hits");
+  void* small = lm_malloc(270 * kKiB);
   ASSERT_NE(small, nullptr);
-  EXPECT_EQ(stat("large_cache_bytes"), 0u) << "1 MiB cached over 704 KiB of room";
+  EXPECT_EQ(stat("large_cache_hits"), hits);
+  EXPECT_EQ(stat("large_cache_bytes"), 0u) << "576 KiB cached over 256 KiB of room";
   EXPECT_EQ(lm_check_invariants(), nullptr);
   lm_free(small);
   lm_free(b);
@@ -345,6 +427,21 @@ TEST_F(LargeCache, ASecondFreeOfACachedBlockAborts) {
   EXPECT_DEATH(lm_realloc(p, 700 * kKiB), "lazymalloc: realloc\\(\\): invalid pointer 0x[0-9a-f]+: double free");
 }
 
+// A block joined to the cached block below it lies inside that one: its
+// second free is still reported as a double free.
+TEST_F(LargeCache, ASecondFreeOfAJoinedBlockAborts) {
+  char* big = static_cast<char*>(lm_malloc(1024 * kKiB));
+  lm_free(big);
+  char* a = static_cast<char*>(lm_malloc(300 * kKiB));  // cut from big
+  char* b = static_cast<char*>(lm_malloc(300 * kKiB));  // cut from the rest
+  ASSERT_EQ(a, big);
+  ASSERT_EQ(b, big + 320 * kKiB);
+  lm_free(a);
+  lm_free(b);  // joins a
+  EXPECT_DEATH(lm_free(b), "lazymalloc: free\\(\\): invalid pointer 0x[0-9a-f]+: double free");
+  EXPECT_DEATH(lm_realloc(b, 700 * kKiB), "lazymalloc: realloc\\(\\): invalid pointer 0x[0-9a-f]+: double free");
+}
+
 // A worker frees large blocks and blocks: the collector gives them back
 // once the heap has been quiet for the idle time, not before.  Another
 // worker's exit gives its blocks back at once.
@@ -379,6 +476,146 @@ TEST_F(LargeCache, AQuietOrExitedThreadsBlocksGoBack) {
     EXPECT_EQ(stat("large_cache_bytes"), 704 * kKiB);
   }).join();
   EXPECT_EQ(stat("large_cache_bytes"), 0u);
+  EXPECT_EQ(lm_check_invariants(), nullptr);
+}
+
+// A thread that cuts its cached block for one request and frees it again,
+// so that it joins the rest, runs from its cache alone: no backend
+// operation, no process-wide counter, no span record from the pool (the
+// join's record is kept for the next cut).
+TEST_F(LargeCache, ACutAndAJoinWriteNoProcessWideState) {
+  std::vector<void*> live;
+  for (int i = 0; i < 4; ++i) live.push_back(lm_malloc(1024 * kKiB));
+  char* big = static_cast<char*>(lm_malloc(1024 * kKiB));
+  lm_free(big);
+  // A first round takes the record the joins then keep.
+  lm_free(lm_malloc(300 * kKiB));
+  uint64_t before[kStatCount];
+  for (unsigned i = 0; i < kStatCount; ++i) before[i] = detail::g.stats.v[i].load();
+  const size_t records = detail::g.backend.span_records();
+  const uint64_t splits = stat("large_cache_splits"), joins = stat("large_cache_joins");
+  constexpr int kRounds = 100;
+  for (int i = 0; i < kRounds; ++i) {
+    // The cut takes the record the last join kept (no pool lock), the
+    // join keeps the record of the part that came back.
+    Span* spare = detail::tl_heap->large_spare;
+    ASSERT_NE(spare, nullptr) << i;
+    char* p = static_cast<char*>(lm_malloc(260 * kKiB + size_t(i % 60) * kKiB));  // 5 units
+    ASSERT_EQ(p, big) << i;
+    EXPECT_EQ(detail::g.backend.span_of(big + 320 * kKiB), spare) << "the rest's record";
+    EXPECT_EQ(detail::tl_heap->large_spare, nullptr);
+    p[0] = char(i);
+    lm_free(p);
+  }
+  for (unsigned i = 0; i < kStatCount; ++i) {
+    EXPECT_EQ(detail::g.stats.v[i].load(), before[i]) << kStatInfo[i].name;
+  }
+  EXPECT_EQ(detail::g.backend.span_records(), records);
+  EXPECT_EQ(stat("large_cache_splits"), splits + kRounds);
+  EXPECT_EQ(stat("large_cache_joins"), joins + kRounds);
+  EXPECT_EQ(stat("large_cache_bytes"), 1024 * kKiB);
+  for (void* p : live) lm_free(p);
+  EXPECT_EQ(lm_check_invariants(), nullptr);
+}
+
+// The cut and joined blocks go back like any cached block: at thread exit
+// and when the thread has been quiet (lm_collect_idle_heaps), with the
+// record a join kept.
+TEST_F(LargeCache, CutAndJoinedBlocksGoBackWhenTheThreadExitsOrIsQuiet) {
+  const size_t records = detail::g.backend.span_records();
+  const uint64_t active = stat("active_bytes");
+  for (int quiet = 0; quiet < 2; ++quiet) {
+    lmt::Phases phases;
+    std::thread worker([&] {
+      warm_cache();
+      std::vector<void*> live;
+      for (int i = 0; i < 4; ++i) live.push_back(lm_malloc(1024 * kKiB));
+      char* big = static_cast<char*>(lm_malloc(1024 * kKiB));
+      lm_free(big);
+      char* a = static_cast<char*>(lm_malloc(300 * kKiB));  // a cut
+      char* b = static_cast<char*>(lm_malloc(300 * kKiB));  // another
+      EXPECT_EQ(a, big);
+      EXPECT_EQ(b, big + 320 * kKiB);
+      lm_free(a);
+      lm_free(b);  // joins both
+      EXPECT_EQ(stat("large_cache_bytes"), 1024 * kKiB);
+      for (void* p : live) lm_free(p);
+      phases.set(1);
+      phases.wait(2);
+    });
+    phases.wait(1);
+    EXPECT_GT(stat("large_cache_bytes"), 0u);
+    if (quiet) {
+      const uint64_t t0 = 9000 * kSecond, idle = kSecond;
+      lm_collect_idle_heaps(t0, idle);
+      lm_collect_idle_heaps(t0 + idle, idle);
+      EXPECT_EQ(stat("large_cache_bytes"), 0u) << "a quiet thread's cache goes back";
+      EXPECT_EQ(detail::g.backend.span_records(), records + 0) << "with the kept record";
+    }
+    phases.set(2);
+    worker.join();
+    EXPECT_EQ(stat("large_cache_bytes"), 0u);
+    EXPECT_EQ(stat("active_bytes"), active);
+    EXPECT_EQ(detail::g.backend.span_records(), records);
+  }
+  EXPECT_EQ(lm_check_invariants(), nullptr);
+}
+
+// Many threads churn large blocks (256 KiB-1 MiB, random sizes, a quarter
+// freed by another thread), cutting and joining their caches' blocks; no
+// sleeps, so that it also runs under TSan.  At the end every block and every
+// cached byte went back, and the backend's books hold.
+TEST(LargeCacheStress, ManyThreadsChurnLargeBlocks) {
+  option_set(unsigned(Opt::background), 0);
+  lm_init();
+  constexpr int kThreads = 32, kOps = 3000, kSlots = 8;
+  const uint64_t active = stat("active_bytes"), blocks = stat("large_blocks");
+  const uint64_t splits = stat("large_cache_splits"), joins = stat("large_cache_joins");
+  // Blocks handed to the next thread, which frees them.
+  std::vector<std::atomic<void*>> mailbox(kThreads);
+  for (auto& m : mailbox) m.store(nullptr);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      uint64_t x = 0x9e3779b97f4a7c15ull * uint64_t(t + 1);
+      auto next = [&x] {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        return x;
+      };
+      void* slots[kSlots] = {};
+      for (int i = 0; i < kOps; ++i) {
+        const unsigned k = unsigned(next() % kSlots);
+        if (slots[k]) {
+          if (next() % 4 == 0) {
+            if (void* old = mailbox[(t + 1) % kThreads].exchange(slots[k])) lm_free(old);
+          } else {
+            char* p = static_cast<char*>(slots[k]);
+            ASSERT_EQ(p[0], char(t));
+            lm_free(p);
+          }
+        }
+        const size_t size = 256 * kKiB + 1 + size_t(next() % (768 * kKiB));
+        char* p = static_cast<char*>(lm_malloc(size));
+        ASSERT_NE(p, nullptr);
+        ASSERT_GE(lm_usable_size(p), size);
+        p[0] = char(t);
+        p[size - 1] = char(t);
+        slots[k] = p;
+        if (void* in = mailbox[t].exchange(nullptr)) lm_free(in);
+      }
+      for (void* p : slots) lm_free(p);
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (auto& m : mailbox) lm_free(m.exchange(nullptr));
+  lm_thread_collect();
+  EXPECT_GT(stat("large_cache_splits"), splits);
+  EXPECT_GT(stat("large_cache_joins"), joins);
+  EXPECT_EQ(stat("large_blocks"), blocks);
+  EXPECT_EQ(stat("large_cache_bytes"), 0u);
+  EXPECT_EQ(stat("active_bytes"), active);
   EXPECT_EQ(lm_check_invariants(), nullptr);
 }
 
