@@ -55,7 +55,7 @@ struct alignas(64) Span {
   // ---- line 0: identity (backend fields and the object geometry) ----
   char* start;
   size_t bytes;         // units * 64 KiB, or slots * 2 MiB
-  Heap* heap;           // owner (small spans), nullptr otherwise
+  Heap* heap;           // owner (small spans); large blocks: the heap that allocated it; else nullptr
   // 2^64 / obj_size rounded up: index and divisibility (frontend/checks.h,
   // block_pos).  0 in large and huge spans (records come zero-filled; only
   // span_new sets it): lm_free tells them apart by it, not by `kind`.

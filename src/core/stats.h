@@ -51,6 +51,9 @@ class Writer;
     "block they adjoin in the same slot, so that a larger request can be served (no backend lock)") \
   X(large_cache_bytes, gauge, "bytes of freed large blocks in threads' caches (in use to the "      \
     "backend; back after decay_ms of quiet, or when the thread exits)")                             \
+  X(large_cold_dontneed_bytes, counter, "bytes of large blocks freed by the thread that allocated " \
+    "them while its large cache was cold (no large malloc since its first large free), given "    \
+    "MADV_DONTNEED at the free as glibc unmaps them: their units go back CLEAN")                   \
   X(huge_allocs, counter, "huge blocks allocated")                                               \
   X(inplace_resizes, counter, "realloc of large and huge blocks done in place")                   \
   X(promotions, counter, "large blocks grown by realloc into huge blocks in place")              \

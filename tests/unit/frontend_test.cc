@@ -598,6 +598,51 @@ void expect_class_let_go(unsigned c, Span* s) {
   for (Span* q = detail::tl_heap->queue[c].head; q; q = q->next) EXPECT_NE(q, s) << "still queued";
 }
 
+// A refill takes the objects on its span's list and no never-used ones
+// beside them when the list fills a quarter of the bin or more, if not all
+// of it (issue #16, sixth round): topped up by address, a class's refills
+// touched fresh memory while freed objects waited on its spans' lists, and
+// its spans were touched whole by a program with few objects live (xmalloc
+// with two batches in flight).  The objects carved so far (`reserved`)
+// stay as they were until the list is used up.
+TEST(Batches, ARefillTakesTheListedObjectsAndNoNeverUsedOnesBesideThem) {
+  std::thread([] {
+    constexpr size_t kSize = 64;  // 1024 a span, bins of 128
+    const unsigned c = size_class(kSize);
+    std::vector<char*> v(300);
+    for (auto& p : v) p = static_cast<char*>(lm_malloc(kSize));
+    Span* s = detail::g.backend.span_of(v[0]);
+    ASSERT_EQ(detail::g.backend.span_of(v.back()), s) << "one span";
+    for (size_t i = 0; i < v.size(); i += 30) {
+      lm_free(v[i]);
+      v[i] = nullptr;
+    }
+    detail::bins_return_all(detail::tl_heap, false);  // the cache onto the span's list
+    const uint32_t live = 290;
+    ASSERT_EQ(s->used, live + 1) << "the live objects and the phantom";
+    ASSERT_EQ(s->xfree.load() & ~kXfreeMask, 0u);
+    const uint32_t reserved = s->reserved;
+    const uint32_t listed = reserved - live;  // the 10 freed and what the bin held
+    ASSERT_LT(reserved, s->capacity) << "never-used objects left";
+    ASSERT_GT(listed, 1u);
+    ASSERT_LT(listed, bin_capacity(c)) << "a list shorter than the bin";
+    ASSERT_GE(4 * listed, bin_capacity(c)) << "and a quarter of it or more";
+    std::vector<char*> w;
+    for (uint32_t i = 0; i < listed; ++i) {
+      w.push_back(static_cast<char*>(lm_malloc(kSize)));
+      ASSERT_EQ(detail::g.backend.span_of(w.back()), s);
+      EXPECT_LT(w.back(), s->start + size_t(reserved) * s->obj_size) << i << ": a listed object";
+      EXPECT_EQ(s->reserved, reserved) << i << ": no never-used object taken beside the list";
+    }
+    w.push_back(static_cast<char*>(lm_malloc(kSize)));  // the list used up: by address again
+    EXPECT_EQ(w.back(), s->start + size_t(reserved) * s->obj_size);
+    EXPECT_GT(s->reserved, reserved);
+    for (char* p : v) lm_free(p);
+    for (char* p : w) lm_free(p);
+  }).join();
+  EXPECT_EQ(lm_check_invariants(), nullptr);
+}
+
 // A class the thread stopped using gives back its cache and then its
 // current span, once empty, instead of keeping it until the whole thread
 // is quiet for the collector (class_idle): batch's 20 classes each held a
