@@ -52,8 +52,9 @@ class Writer;
   X(large_cache_bytes, gauge, "bytes of freed large blocks in threads' caches (in use to the "      \
     "backend; back after decay_ms of quiet, or when the thread exits)")                             \
   X(large_cold_dontneed_bytes, counter, "bytes of large blocks freed by the thread that allocated " \
-    "them while its large cache was cold (no large malloc since its first large free), given "    \
-    "MADV_DONTNEED at the free as glibc unmaps them: their units go back CLEAN")                   \
+    "them while its large cache was cold (no large malloc since its first large free) and its "  \
+    "heap the only one owned, given MADV_DONTNEED at the free as glibc unmaps them: their units " \
+    "go back CLEAN")                                                                              \
   X(huge_allocs, counter, "huge blocks allocated")                                               \
   X(inplace_resizes, counter, "realloc of large and huge blocks done in place")                   \
   X(promotions, counter, "large blocks grown by realloc into huge blocks in place")              \

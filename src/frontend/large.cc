@@ -267,10 +267,16 @@ bool large_cache_put(Heap* h, Span* s) {
 // the cache (large_cache_take), so a thread that reuses large blocks pays
 // this once; a thread that frees blocks it did not allocate (a consumer:
 // Span::heap, the allocating heap, is not its own) leaves them RETAINED,
-// resident for their producer's next malloc.  Not on
-// hugepages (the advice would split a 2 MiB page that other units share).
+// resident for their producer's next malloc.  Only while this is the one
+// thread with a heap: with others, one of them may take the units next (a
+// thread per request that allocates a buffer, frees it and exits, never
+// warm: each thread's free given back and its successor's faults cost
+// 2-3x the thread, 256 KiB buffers), and the advice interrupts the CPUs
+// they run on (TLB shootdowns).  Not on hugepages (the advice would split
+// a 2 MiB page that other units share).
 bool large_release_cold(Span* s) {
   if (g.backend.arenas_huge()) return false;
+  if (g.stats.get(Stat::heaps) - g.stats.get(Stat::heaps_pooled) > 1) return false;
   if (g_platform->advise(g_platform->ctx, s->start, s->bytes, Advice::kDontNeed) != 0) return false;
   g.stats.add(Stat::large_cold_dontneed_bytes, s->bytes);
   release_to_backend(s, true);
