@@ -121,10 +121,12 @@ inline constexpr uint64_t kBackgroundAfterBytes = uint64_t(1) << 20;
 // A refill about to take a new span from the backend first looks for
 // parked spans other threads freed into in heaps whose thread has made no
 // slow-path event since the previous look (adopt_spans, spans.cc): at most
-// once per this many of its own slow-path events, over at most
-// kAdoptProbeHeaps heaps.
+// once per this many of its own slow-path events, at most kAdoptProbeHeaps
+// heaps with parked spans, among at most kAdoptProbeWalk heap records from
+// where the previous look stopped.
 inline constexpr uint64_t kAdoptProbeEvents = 16;
 inline constexpr unsigned kAdoptProbeHeaps = 16;
+inline constexpr unsigned kAdoptProbeWalk = 64;
 // Only a parked span with at most capacity >> kAdoptLiveShift objects
 // still live (or cached) is adopted (adoptable, spans.cc); the others stay
 // with their owner, on its delayed stack.  Taking over a span its owner

@@ -61,6 +61,9 @@ struct Global {
   Mutex heaps_lock;
   Mutex collect_lock;  // one collector of heaps at a time (heaps_claim)
   Heap* all_heaps = nullptr;
+  // Where span adoption's walk of all_heaps goes on (adopt_spans; under
+  // collect_lock): nullptr, from the head.
+  Heap* adopt_cursor = nullptr;
   Heap* pool = nullptr;
   std::atomic<int> init_state{0};  // 0 none, 1 running, 2 done
   // The collector's last span_idle_ns (0: none yet): in-span purging's

@@ -702,30 +702,42 @@ bool adopt_spans(Heap* h) {
   if (!g.collect_lock.try_lock()) return false;
   // Heaps are never freed and new ones are pushed at the head, so the list
   // can be walked from a head read under heaps_lock (not waited for either:
-  // fork holds it while it waits for threads in slow paths, such as h's).
-  Heap* v = nullptr;
-  if (g.heaps_lock.try_lock()) {
-    v = g.all_heaps;
-    g.heaps_lock.unlock();
-  }
+  // fork holds it while it waits for threads in slow paths, such as h's),
+  // or from where the last look stopped (g.adopt_cursor): every heap is
+  // looked at in turn however many there are (the first look at a heap only
+  // notes its events, so a heap past a fixed-length walk from the head was
+  // never adopted from: a quiet owner's pooled heap among 32 others).
+  Heap* v = g.adopt_cursor;
+  Heap* const start = v;
+  bool from_head = false;
   Heap* batch[kAdoptProbeHeaps];
   unsigned n = 0;
-  for (unsigned looked = 0; v && looked < kAdoptProbeHeaps; v = v->next_all, ++looked) {
-    if (v == h) continue;
-    Span* head = v->delayed.load(std::memory_order_relaxed);
+  for (unsigned walked = 0; n < kAdoptProbeHeaps && walked < kAdoptProbeWalk; ++walked) {
+    if (!v) {
+      if (from_head || !g.heaps_lock.try_lock()) break;
+      v = g.all_heaps;
+      g.heaps_lock.unlock();
+      from_head = true;
+    }
+    if (!v || (from_head && v == start)) break;  // once around, at most
+    Heap* const cur = v;
+    v = v->next_all;
+    if (cur == h) continue;
+    Span* head = cur->delayed.load(std::memory_order_relaxed);
     if (!head) continue;
-    const uint64_t events = __atomic_load_n(&v->slow_events, __ATOMIC_RELAXED);
-    if (events != v->adopt_seen_events) {
-      v->adopt_seen_events = events;  // ran since the last look
-      __atomic_store_n(&v->adopt_kept, nullptr, __ATOMIC_RELAXED);
+    const uint64_t events = __atomic_load_n(&cur->slow_events, __ATOMIC_RELAXED);
+    if (events != cur->adopt_seen_events) {
+      cur->adopt_seen_events = events;  // ran since the last look
+      __atomic_store_n(&cur->adopt_kept, nullptr, __ATOMIC_RELAXED);
       continue;
     }
-    if (head == __atomic_load_n(&v->adopt_kept, __ATOMIC_RELAXED) &&
-        !v->adopt_ready.load(std::memory_order_relaxed)) {
+    if (head == __atomic_load_n(&cur->adopt_kept, __ATOMIC_RELAXED) &&
+        !cur->adopt_ready.load(std::memory_order_relaxed)) {
       continue;  // as the last look left it
     }
-    batch[n++] = v;
+    batch[n++] = cur;
   }
+  g.adopt_cursor = v;
   // A heap whose thread is in a slow path is left alone.
   const unsigned held = n ? heaps_claim(batch, n) : 0;
   uint64_t adopted = 0, kept_spans = 0;

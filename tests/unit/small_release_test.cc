@@ -13,6 +13,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -70,6 +71,45 @@ class SmallRelease : public ::testing::TestWithParam<size_t> {
       ASSERT_NE(p, nullptr);
       memset(p, byte, GetParam());
     }
+  }
+  // The adoption scenario (AThreadAdoptsTheSpansAQuietOwnerWasFreedInto),
+  // its worker's heap behind `heaps_ahead` others if not 0.
+  void adopt_from_quiet_owner(unsigned heaps_ahead);
+  // Position of h in the list of all heaps (0: the newest).
+  static unsigned heap_depth(const Heap* h) {
+    unsigned d = 0;
+    for (const Heap* x = detail::g.all_heaps; x && x != h; x = x->next_all) ++d;
+    return d;
+  }
+  // n threads get heaps and exit, the one whose heap is the furthest from
+  // the newest in the list of all heaps last (each joined before the next
+  // goes): that heap is on top of the pool, for the next thread.  Returns it.
+  static const Heap* heap_behind(unsigned n) {
+    lmt::Phases got;
+    std::deque<lmt::Phases> gates(n);
+    std::vector<const Heap*> heaps(n);
+    std::vector<std::thread> threads;
+    for (unsigned i = 0; i < n; ++i) {
+      threads.emplace_back([&, i] {
+        got.wait(int(i));
+        lm_free(lm_malloc(16));
+        heaps[i] = detail::tl_heap;
+        got.set(int(i + 1));
+        gates[i].wait(1);
+      });
+    }
+    got.wait(int(n));
+    unsigned last = 0;
+    for (unsigned i = 1; i < n; ++i) {
+      if (heap_depth(heaps[i]) > heap_depth(heaps[last])) last = i;
+    }
+    for (unsigned i = 0; i <= n; ++i) {
+      if (i == last) continue;
+      const unsigned k = i == n ? last : i;
+      gates[k].set(1);
+      threads[k].join();
+    }
+    return heaps[last];
   }
 };
 
@@ -142,22 +182,23 @@ TEST_P(SmallRelease, AnIdleOwnersRemoteFreesGoBackWithoutIt) {
   EXPECT_EQ(lm_check_invariants(), nullptr);
 }
 
-// A worker allocates and then blocks; this thread frees everything, which
-// leaves the worker's spans free but parked with it (on its delayed
-// stack), and then allocates as much again.  It takes the worker's spans
-// over rather than new ones from the backend (span adoption): after at
-// most two looks at the quiet heap (the first only notes its events), and
-// without the collector.  The objects it gets are the worker's old ones.
-TEST_P(SmallRelease, AThreadAdoptsTheSpansAQuietOwnerWasFreedInto) {
+void SmallRelease::adopt_from_quiet_owner(unsigned heaps_ahead) {
   lm_thread_collect();
+  const Heap* deep = heaps_ahead ? heap_behind(heaps_ahead) : nullptr;
   std::vector<void*> v(count());
+  const Heap* owner = nullptr;
   lmt::Phases phases;  // 1: allocated; 2: worker may exit
   std::thread worker([&] {
     ASSERT_NO_FATAL_FAILURE(fill(v, 0x3c));
+    owner = detail::tl_heap;
     phases.set(1);
     phases.wait(2);
   });
   phases.wait(1);
+  if (deep) {
+    EXPECT_EQ(owner, deep) << "the worker took the heap on top of the pool";
+    EXPECT_GT(heap_depth(owner), kAdoptProbeHeaps) << "behind a walk of kAdoptProbeHeaps from the head";
+  }
   const std::set<void*> old(v.begin(), v.end());
   for (void* p : v) lm_free(p);
   lm_thread_collect();  // this thread's cache goes back to the worker's spans
@@ -190,6 +231,22 @@ TEST_P(SmallRelease, AThreadAdoptsTheSpansAQuietOwnerWasFreedInto) {
   lm_thread_collect();
   EXPECT_EQ(lm_check_invariants(), nullptr);
 }
+
+// A worker allocates and then blocks; this thread frees everything, which
+// leaves the worker's spans free but parked with it (on its delayed
+// stack), and then allocates as much again.  It takes the worker's spans
+// over rather than new ones from the backend (span adoption): after at
+// most two looks at the quiet heap (the first only notes its events), and
+// without the collector.  The objects it gets are the worker's old ones.
+TEST_P(SmallRelease, AThreadAdoptsTheSpansAQuietOwnerWasFreedInto) { adopt_from_quiet_owner(0); }
+
+// The same with the owner's heap behind more than kAdoptProbeHeaps others
+// in the list of all heaps (of 40 threads' heaps, the furthest back, pooled
+// last and taken over by the worker): each look walks on from where
+// the last stopped (g.adopt_cursor), past heaps with nothing parked, so the
+// owner is looked at; a walk of 16 heaps from the head never reached it
+// (spans_adopted stayed 0 after LargeCacheStress's 32 threads).
+TEST_P(SmallRelease, AThreadAdoptsFromAQuietOwnerBehindManyOtherHeaps) { adopt_from_quiet_owner(40); }
 
 // A worker allocates and then blocks (its heap is quiet); this thread frees
 // into every parked span of it: most of the objects of every other span
