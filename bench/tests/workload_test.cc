@@ -44,6 +44,14 @@ std::string slurp(const std::filesystem::path& p) {
   return ss.str();
 }
 
+// test::options() with LD_PRELOAD set to the library under test (--preload),
+// or unset in the child (glibc).
+auto preload_options() {
+  auto opts = test::options();
+  opts.env["LD_PRELOAD"] = g_preload.empty() ? std::nullopt : std::optional<std::string>(g_preload);
+  return opts;
+}
+
 // The allocators the harness tests run: lazymalloc when built, and glibc.
 std::vector<std::string> tool_allocators() {
   return g_lib.empty() ? std::vector<std::string>{"glibc"} : std::vector<std::string>{"lazymalloc", "glibc"};
@@ -63,9 +71,7 @@ std::vector<std::string> tool_argv(std::vector<std::string> argv) {
 
 TEST(Workload, RunsQuicklyAndReportsItsMetric) {
   ASSERT_FALSE(g_workload.empty()) << "no --workload given";
-  auto opts = test::options();  // a hang fails (killed), not a slow machine
-  if (g_preload.empty()) opts.env["LD_PRELOAD"] = std::nullopt;
-  else opts.env["LD_PRELOAD"] = g_preload;
+  const auto opts = preload_options();  // a hang fails (killed), not a slow machine
   const auto r = spawn({g_lazybench, "run", g_workload, "--quick"}, opts);
   ASSERT_EQ(r.exit_code(), 0) << r.describe();
   std::string error;
@@ -109,8 +115,7 @@ TEST(Workload, RunsQuicklyAndReportsItsMetric) {
 // hang together (the allocator's own behaviour is not judged here).
 TEST(Workload, IdleReleaseReportsConsistentFigures) {
   ASSERT_TRUE(is_idle_release()) << "run with an idle-release --workload";
-  auto opts = test::options();
-  opts.env["LD_PRELOAD"] = g_preload.empty() ? std::nullopt : std::optional<std::string>(g_preload);
+  const auto opts = preload_options();
   const auto r = spawn({g_lazybench, "run", g_workload, "--total", "6M", "--idle", "0.05", "--lazy-wait",
                               "0.05", "--seed", "7"},
                              opts);
@@ -171,8 +176,7 @@ TEST(Workload, IdleReleaseRejectsBadOptions) {
 // scheduler), and a bound below one batch is refused.
 TEST(Workload, RptestBoundsItsInboxes) {
   ASSERT_EQ(g_workload, "rptest") << "run with --workload rptest";
-  auto opts = test::options();
-  opts.env["LD_PRELOAD"] = g_preload.empty() ? std::nullopt : std::optional<std::string>(g_preload);
+  const auto opts = preload_options();
   for (const char* threads : {"1", "2", "3"}) {
     const auto r = spawn({g_lazybench, "run", "rptest", "--quick", "-t", threads, "--inbox-max", "128"}, opts);
     ASSERT_EQ(r.exit_code(), 0) << r.describe();
@@ -192,8 +196,7 @@ TEST(Workload, RptestBoundsItsInboxes) {
 // thread): exactly rounds x threads threads, however long they take.
 TEST(Workload, MleakRunsExactlyItsRounds) {
   ASSERT_EQ(g_workload, "mleak") << "run with --workload mleak";
-  auto opts = test::options();
-  opts.env["LD_PRELOAD"] = g_preload.empty() ? std::nullopt : std::optional<std::string>(g_preload);
+  const auto opts = preload_options();
   const auto r = spawn({g_lazybench, "run", "mleak", "-S", "30", "--rounds", "7", "-t", "3"}, opts);
   ASSERT_EQ(r.exit_code(), 0) << r.describe();
   std::string error;
@@ -209,8 +212,7 @@ TEST(Workload, PhasesWritesTimeSeries) {
   ASSERT_EQ(g_workload, "phases") << "run with --workload phases";
   const auto file = std::filesystem::temp_directory_path() /
                     ("lazybench-series-" + std::to_string(::getpid()) + ".tsv");
-  auto opts = test::options();
-  opts.env["LD_PRELOAD"] = g_preload.empty() ? std::nullopt : std::optional<std::string>(g_preload);
+  const auto opts = preload_options();
   const auto r = spawn({g_lazybench, "run", "phases", "--quick", "--series", file.string()}, opts);
   ASSERT_EQ(r.exit_code(), 0) << r.describe();
   std::istringstream in(slurp(file));
