@@ -385,6 +385,10 @@ class Backend {
   void* map_leaf(size_t bytes);  // a page-map leaf, counted as metadata; nullptr if it fails
   SlotMeta* take_free_run(size_t nslots);
   void carve_run(SlotMeta* head, size_t nslots);  // head is a free run's first slot
+  SlotMeta* run_head(SlotMeta* m) const;  // the first slot of the free run that holds m (kFree)
+  // Takes slots first..last out of the free run that starts at head; the
+  // slots before and after them stay free runs.
+  void run_cut(SlotMeta* head, SlotMeta* first, SlotMeta* last);
   void insert_free_run(SlotMeta* first, size_t nslots);
   void remove_free_run(SlotMeta* head);
   void release_slots(SlotMeta* first, size_t nslots, uint64_t now, bool clean);
@@ -398,7 +402,10 @@ class Backend {
   // The partial slot and first unit for a run of `n` units (see
   // backend.cc; with `straddle` the run may end in the next slot); false
   // when no partial slot has room.
-  bool choose_units(unsigned n, bool straddle, bool sparse, SlotMeta** slot, unsigned* idx) const;
+  bool choose_units(unsigned n, bool straddle, bool sparse, SlotMeta** slot, unsigned* idx, UnitFit* fit) const;
+  // A free slot (kFree, in a free run) where a run of `n` units touches
+  // fewer than `fresh` CLEAN units, and where in it (see backend.cc).
+  bool choose_free_resident(unsigned n, unsigned fresh, SlotMeta** slot, unsigned* idx) const;
   UnitFit straddle_fit(const SlotMeta* p, unsigned n) const;
   unsigned unit_parts(const Span* s, SlotMeta* slots[2], uint32_t masks[2]) const;
   void take_unit_slot(SlotMeta* head);

@@ -70,11 +70,7 @@ SlotMeta* Backend::take_run(SlotMeta* m, const PurgeSelect& sel, PurgeBatch* b, 
     if (s->retained && age < policy_->wait_ns(*s, sel.min_age_free_ns, sel)) return 0;
     return s->retained | (sel.include_lazy ? s->lazy : 0);
   };
-  SlotMeta* head = m;
-  while (SlotMeta* left = neighbor(head, -1)) {
-    if (left->kind != SlotKind::kFree) break;
-    head = left;
-  }
+  SlotMeta* head = run_head(m);
   SlotMeta* end = head + head->run_len;
   // The eligible slots around `m`, within the byte budget.  Only they leave
   // circulation: the rest of the run stays allocatable while madvise runs.
@@ -94,18 +90,7 @@ SlotMeta* Backend::take_run(SlotMeta* m, const PurgeSelect& sel, PurgeBatch* b, 
     bytes += units_bytes(w);
     --first;
   }
-  bin_unlink(head);
-  if (first > head) {
-    head->run_len = uint32_t(first - head);
-    (first - 1)->run_len = head->run_len;
-    bin_push(head);
-  }
-  if (last + 1 < end) {
-    SlotMeta* rest = last + 1;
-    rest->run_len = uint32_t(end - rest);
-    (end - 1)->run_len = rest->run_len;
-    bin_push(rest);
-  }
+  run_cut(head, first, last);
   size_t n = size_t(last - first) + 1;
   PurgeBatch::Item& it = b->items[b->nitems++];
   it.slot = first;

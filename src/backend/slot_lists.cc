@@ -82,6 +82,31 @@ SlotMeta* Backend::take_free_run(size_t n) {
   return nullptr;
 }
 
+SlotMeta* Backend::run_head(SlotMeta* m) const {
+  SlotMeta* head = m;
+  while (SlotMeta* left = neighbor(head, -1)) {
+    if (left->kind != SlotKind::kFree) break;
+    head = left;
+  }
+  return head;
+}
+
+void Backend::run_cut(SlotMeta* head, SlotMeta* first, SlotMeta* last) {
+  SlotMeta* end = head + head->run_len;
+  bin_unlink(head);
+  if (first > head) {
+    head->run_len = uint32_t(first - head);
+    (first - 1)->run_len = head->run_len;
+    bin_push(head);
+  }
+  if (last + 1 < end) {
+    SlotMeta* rest = last + 1;
+    rest->run_len = uint32_t(end - rest);
+    (end - 1)->run_len = rest->run_len;
+    bin_push(rest);
+  }
+}
+
 void Backend::carve_run(SlotMeta* head, size_t n) {
   bin_unlink(head);
   size_t len = head->run_len;

@@ -181,6 +181,53 @@ TEST_F(BackendTest, UnitRunsPreferResidentUnitsThenTheSmallestHole) {
   EXPECT_EQ(backend->check_invariants(), nullptr);
 }
 
+// A slot whose every span went back leaves the partial list for the free
+// runs with its units RETAINED; a span needs no CLEAN unit of a partial
+// slot while it waits there (Backend::choose_free_resident; issue #16,
+// xmalloc: 21 spans went into the top slot's CLEAN units, 1.3 MiB more
+// resident, while a drained slot's 2 MiB waited RETAINED).
+TEST_F(BackendTest, ASpanGoesToAWhollyFreeResidentSlotBeforeCleanUnits) {
+  // Slots 0-2 full of one-unit spans, slot 3 with two.
+  std::vector<Span*> slots[4];
+  for (int k = 0; k < 3; ++k)
+    for (unsigned u = 0; u < kUnitsPerSlot; ++u) slots[k].push_back(backend->alloc_units_span(1));
+  for (int u = 0; u < 2; ++u) slots[3].push_back(backend->alloc_units_span(1));
+  for (int k = 1; k < 4; ++k) {
+    ASSERT_EQ(slots[k][0]->slot, slots[0][0]->slot + k);
+    ASSERT_EQ(slots[k].back()->slot, slots[k][0]->slot);
+  }
+  // Slots 0 and 2 go back and are purged (CLEAN); then slot 1 goes back
+  // RETAINED, in the middle of the free run 0-2.
+  for (int k : {0, 2})
+    for (Span* s : slots[k]) backend->release(s);
+  EXPECT_EQ(purger->purge_all(true), 2 * kSlotSize);
+  for (Span* s : slots[1]) backend->release(s);
+  ASSERT_EQ(st(Stat::retained_bytes), kSlotSize);
+  EXPECT_EQ(backend->check_invariants(), nullptr);
+
+  // Slot 3 has 30 CLEAN units; the spans go to slot 1's RETAINED ones.
+  const uint64_t clean_before = st(Stat::reuse_clean_bytes);
+  std::vector<Span*> again;
+  for (unsigned u = 0; u < kUnitsPerSlot; ++u) {
+    Span* s = backend->alloc_units_span(1);
+    ASSERT_NE(s, nullptr);
+    EXPECT_EQ(s->slot, slots[1][0]->slot) << "span " << u;
+    EXPECT_FALSE(s->zero);
+    again.push_back(s);
+  }
+  EXPECT_EQ(st(Stat::reuse_clean_bytes), clean_before);
+  EXPECT_EQ(st(Stat::retained_bytes), 0u);
+  EXPECT_EQ(backend->check_invariants(), nullptr);
+  // Nothing resident is left free: the next span takes slot 3's CLEAN units.
+  Span* next = backend->alloc_units_span(1);
+  EXPECT_EQ(next->slot, slots[3][0]->slot);
+  EXPECT_TRUE(next->zero);
+  again.push_back(next);
+  for (Span* s : again) backend->release(s);
+  for (Span* s : slots[3]) backend->release(s);
+  EXPECT_EQ(backend->check_invariants(), nullptr);
+}
+
 // A large block may run from the top of one unit slot into the bottom of
 // the next; a small span never does, and such a block keeps its size.
 TEST_F(BackendTest, LargeBlocksRunAcrossASlotBoundary) {
