@@ -135,14 +135,9 @@ void bin_published(Heap* h, unsigned c) {
 void bin_refill(Bin& bin, unsigned c, Span* s) {
   const uint32_t want = tl_bin_cap[c];
   if (!bin.base) return;
-  uint32_t n = 0, steps = 0;
-  if (Block* b = s->free) {
-    while (b && n < want) {
-      bin.base[n++] = b;
-      b = walk_link(s, b, steps);  // validated as it is walked
-    }
-    s->free = b;
-    span_used_add(s, n);
+  uint32_t n = 0;
+  if (s->free) {
+    n = list_take(s, bin.base, want);
     std::reverse(bin.base, bin.base + n);
   }
   // Never-used objects only when the list gave under a quarter of the bin:
@@ -274,7 +269,11 @@ static LM_NOINLINE bool bin_flush_held(Heap* h, unsigned c, uint32_t keep) {
     return false;
   }
   Block* out[2 * kBinCapMax];
-  memcpy(out, bin.base, from_alloc * sizeof(Block*));
+  // The allocation stack bottom up is the order its objects would have gone
+  // out in reversed (a refill's first object on top): copied top down, a
+  // refill's stretch of consecutive objects goes back as one run
+  // (return_objects_held), and the free stack's oldest follow.
+  for (uint32_t i = 0; i < from_alloc; ++i) out[i] = bin.top[-1 - int64_t(i)];
   memcpy(out + from_alloc, fbase, (in_free - keep) * sizeof(Block*));
   memmove(fbase, bin.ftop - keep, keep * sizeof(Block*));
   bin.top = bin.base;

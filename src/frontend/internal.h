@@ -210,6 +210,15 @@ inline uint32_t carve_objects(const Span* s) { return s->obj_size >= kCarveBytes
 // carve limit move past them.  REQUIRES the heap held, n <= capacity -
 // reserved.
 void span_take_tail(Span* s, Block** out, uint32_t n);
+// Takes up to `want` objects from the head of span s's allocation list
+// into out[0..), in list order (a run's objects by address: checks.h,
+// kRunFlag), validated as they are walked; a run taken in part leaves its
+// rest listed.  `used` counts them; their tags stay.  Returns how many.
+// REQUIRES the heap held.
+uint32_t list_take(Span* s, Block** out, uint32_t want);
+// Lists every object of the runs on list `head` of span s one by one (the
+// purge's filter unlinks single objects).  REQUIRES the heap held.
+void list_expand(Span* s, Block* head);
 // Heap h's thread stopped using class c (its cache went back idle,
 // bin_event): the class's current span goes back to the backend if it is
 // empty.  REQUIRES h held.

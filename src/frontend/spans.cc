@@ -387,6 +387,59 @@ void span_take_tail(Span* s, Block** out, uint32_t n) {
   span_reserved_add(s, n);
 }
 
+uint32_t list_take(Span* s, Block** out, uint32_t want) {
+  uint32_t n = 0, steps = 0;
+  Block* b = s->free;
+  while (b && n < want) {
+    Block* next = walk_link(s, b, steps);  // validated as it is walked
+    if (LM_LIKELY(!is_run(next))) {
+      out[n++] = b;
+      b = next;
+      continue;
+    }
+    // A run: its objects by address, each tested for its tag as a walk
+    // tests every node; a rest not taken stays listed as a node.
+    next = run_next(next);
+    const size_t size = s->obj_size;
+    const uint32_t count = run_count(s, b, steps);
+    const uint32_t k = std::min(count, want - n);
+    char* p = reinterpret_cast<char*>(b);
+    out[n++] = b;
+    for (uint32_t m = 1; m < k; ++m) {
+      p += size;
+      if constexpr (kChecks) {
+        if (LM_UNLIKELY(!has_free_tag(p))) corrupt_list(p);
+      }
+      out[n++] = reinterpret_cast<Block*>(p);
+    }
+    if (k < count) {
+      Block* rest = reinterpret_cast<Block*>(p + size);
+      node_put(rest, count - k, next, size);
+      next = rest;
+    }
+    b = next;
+  }
+  s->free = b;
+  span_used_add(s, n);
+  return n;
+}
+
+void list_expand(Span* s, Block* b) {
+  uint32_t steps = 0;
+  while (b) {
+    Block* next = walk_link(s, b, steps);
+    if (is_run(next)) {
+      next = run_next(next);
+      const size_t size = s->obj_size;
+      const uint32_t count = run_count(s, b, steps);
+      char* p = reinterpret_cast<char*>(b);
+      for (uint32_t m = 1; m < count; ++m, p += size) link_put(reinterpret_cast<Block*>(p), reinterpret_cast<Block*>(p + size));
+      link_put(reinterpret_cast<Block*>(p), next);
+    }
+    b = next;
+  }
+}
+
 namespace {
 
 // Carves never-used objects from the span's tail onto its allocation list,
@@ -604,29 +657,72 @@ bool remote_push(Heap* h, Span* s, Block* first, Block* last, uint32_t n) {
 // tagged) to their span: the local list if heap h owns it, else the remote
 // one.  Returns true if the owner has something for the collector now and
 // had nothing before (remote_push).
-bool return_run(Heap* h, Span* s, Block* first, Block* last, uint32_t n) {
+void count_return(Heap* h, const Span* s, uint32_t n) {
   if (LM_LIKELY(h != &g_empty_heap)) {
     h->stats.inc(HeapStat::span_returned_bytes, uint64_t(n) * s->obj_size);
   } else {
     g.stats.add(Stat::orphan_return_bytes, uint64_t(n) * s->obj_size);
   }
+}
+
+// Heap h's own span s got n objects back on local_free, whose head is now
+// `first` (listed, its last node linked to the old head).
+void return_local(Heap* h, Span* s, Block* first, uint32_t n) {
+  count_return(h, s, n);
+  s->local_free = first;
+  span_used_add(s, -n);
+  h->returned_bytes += uint64_t(n) * s->obj_size;
+  if (s->used == 0 || s->in_full) {
+    local_free_attention(h, s);
+  } else if (s->used == s->xfree_count.load(std::memory_order_relaxed)) {
+    // Every object still counted in `used` waits on `xfree`: the span
+    // is empty once they are collected (remote_push notices only a
+    // remote run that empties a span; this local one did).
+    release_if_emptied(h, s);
+  }
+}
+
+bool return_run(Heap* h, Span* s, Block* first, Block* last, uint32_t n) {
   // Atomic: adopt_spans may be moving a parked span of a third heap.
   if (__atomic_load_n(&s->heap, __ATOMIC_RELAXED) == h) {
     link_set(last, s->local_free);
-    s->local_free = first;
-    span_used_add(s, -n);
-    h->returned_bytes += uint64_t(n) * s->obj_size;
-    if (s->used == 0 || s->in_full) {
-      local_free_attention(h, s);
-    } else if (s->used == s->xfree_count.load(std::memory_order_relaxed)) {
-      // Every object still counted in `used` waits on `xfree`: the span
-      // is empty once they are collected (remote_push notices only a
-      // remote run that empties a span; this local one did).
-      release_if_emptied(h, s);
-    }
+    return_local(h, s, first, n);
     return false;
   }
+  count_return(h, s, n);
   return remote_push(h, s, first, last, n);
+}
+
+// Returns the cached objects v[i..) of heap h's own span s that come
+// before the first one of another span (at least v[i]) onto its local
+// list, each stretch at consecutive addresses as one run (checks.h,
+// kRunFlag); returns the index past them.  REQUIRES h held, not in
+// secure mode.
+uint32_t return_own_runs(Heap* h, Span* s, Block* const* v, uint32_t i, uint32_t n) {
+  const size_t size = s->obj_size;
+  // The end of the span's last object: a stretch may run on into the
+  // span that follows (the same class, adjacent units).
+  const uintptr_t obj_end = reinterpret_cast<uintptr_t>(s->start) + uintptr_t(s->capacity) * size;
+  Block* const first = v[i];
+  uint32_t j = i;
+  for (;;) {
+    Block* const seg = v[j];
+    uintptr_t expect = reinterpret_cast<uintptr_t>(seg) + size;
+    uint32_t k = j + 1;
+    while (k < n && reinterpret_cast<uintptr_t>(v[k]) == expect) {
+      expect += size;
+      ++k;
+    }
+    if (LM_UNLIKELY(expect > obj_end)) k = j + uint32_t((obj_end - reinterpret_cast<uintptr_t>(seg)) / size);
+    if (k < n && in_span(s, v[k])) {
+      node_put(seg, k - j, v[k], size);
+      j = k;
+      continue;
+    }
+    node_put(seg, k - j, s->local_free, size);
+    return_local(h, s, first, k - i);
+    return k;
+  }
 }
 
 // True (once per kBackgroundAfterBytes) if heap h's own spans got that many
@@ -840,7 +936,11 @@ Block* refill(Heap* h, unsigned c, Bin& bin) {
   span_restart_if_empty(s);
   Block* b;
   if (s->free) {
-    b = take(s, s->free);
+    // The list's head (the first object of a run: list_take), unlinked
+    // before its tag is cleared (fork: see take).
+    list_take(s, &b, 1);
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    if constexpr (kChecks) tag_word(b) = 0;
   } else {
     // Never used: untagged as take leaves what it hands out.
     span_take_tail(s, &b, 1);
@@ -969,6 +1069,12 @@ bool return_objects_held(Heap* h, Block* const* v, uint32_t n) {
   bool pending = false;
   for (uint32_t i = 0; i < n;) {
     Span* s = g.backend.span_of(v[i]);
+    // Atomic: adopt_spans may be moving a parked span of a third heap (never
+    // to or from h, which is held).
+    if (__atomic_load_n(&s->heap, __ATOMIC_RELAXED) == h && !g_secure) {
+      i = return_own_runs(h, s, v, i, n);
+      continue;
+    }
     uint32_t j = i + 1;
     // Cached objects carry their tags (the free that cached them, or the
     // refill): only the links are written.
