@@ -379,10 +379,15 @@ void span_reserved_add(Span* s, uint32_t n) {
 void span_take_tail(Span* s, Block** out, uint32_t n) {
   char* p = s->start + size_t(s->reserved) * s->obj_size;
   const size_t size = s->obj_size;
-  for (uint32_t i = n; i-- > 0; p += size) {
-    set_free_tag(p);
-    out[i] = reinterpret_cast<Block*>(p);
+  // The key read once (set_free_tag's fence would read it again for each
+  // object): the objects are listed nowhere until the caller publishes the
+  // stack, after the fence below.
+  const uintptr_t key = g_free_key;
+  for (Block** o = out + n; o != out; p += size) {
+    if constexpr (kChecks) tag_word(p) = key ^ reinterpret_cast<uintptr_t>(p);
+    *--o = reinterpret_cast<Block*>(p);
   }
+  std::atomic_signal_fence(std::memory_order_seq_cst);
   span_used_add(s, n);
   span_reserved_add(s, n);
 }
@@ -708,11 +713,18 @@ uint32_t return_own_runs(Heap* h, Span* s, Block* const* v, uint32_t i, uint32_t
   for (;;) {
     Block* const seg = v[j];
     uintptr_t expect = reinterpret_cast<uintptr_t>(seg) + size;
-    uint32_t k = j + 1;
-    while (k < n && reinterpret_cast<uintptr_t>(v[k]) == expect) {
-      expect += size;
-      ++k;
+    const uintptr_t* q = reinterpret_cast<const uintptr_t*>(v + j + 1);
+    const uintptr_t* const end = reinterpret_cast<const uintptr_t*>(v + n);
+    // Two entries a step (the loop is most of a flush's cost).
+    while (end - q >= 2 && q[0] == expect && q[1] == expect + size) {
+      expect += 2 * size;
+      q += 2;
     }
+    if (q != end && *q == expect) {
+      expect += size;
+      ++q;
+    }
+    uint32_t k = uint32_t(reinterpret_cast<Block* const*>(q) - v);
     if (LM_UNLIKELY(expect > obj_end)) k = j + uint32_t((obj_end - reinterpret_cast<uintptr_t>(seg)) / size);
     if (k < n && in_span(s, v[k])) {
       node_put(seg, k - j, v[k], size);
