@@ -94,6 +94,22 @@ inline Block* walk_link(const Span* s, Block* b, uint32_t& steps) {
   }
   return link_get(b);
 }
+// walk_link for a long walk (list_take): the keys and the span's bounds read
+// once, not again after every store the walk makes.
+struct ListWalk {
+  uintptr_t start, bytes, free_key, link_key;
+  uint32_t capacity, steps = 0;
+  explicit ListWalk(const Span* s)
+      : start(reinterpret_cast<uintptr_t>(s->start)), bytes(s->bytes), free_key(g_free_key),
+        link_key(g_link_key), capacity(s->capacity) {}
+  Block* link(Block* b) {
+    const uintptr_t a = reinterpret_cast<uintptr_t>(b);
+    if constexpr (kChecks) {
+      if (LM_UNLIKELY(a - start >= bytes || tag_word(b) != (free_key ^ a) || ++steps > capacity)) corrupt_list(b);
+    }
+    return reinterpret_cast<Block*>(reinterpret_cast<uintptr_t>(b->next) ^ (link_key ? link_key ^ a : 0));
+  }
+};
 
 // Runs (issue #16, `batch`): objects at consecutive addresses of one span
 // listed as one node.  A flush that returns objects of the owner's span in
@@ -152,15 +168,22 @@ LM_INLINE void span_used_add(Span* s, uint32_t delta) {
   __atomic_store_n(&s->used, s->used + delta, __ATOMIC_RELAXED);
 }
 
+// The head of a run: b (its link `link` flagged) leaves it, and the rest,
+// from b's neighbour on, is listed as a node (a run, or one object); returns
+// the rest (spans.cc).
+LM_NOINLINE Block* run_rest(const Span* s, Block* b, Block* link);
+
 LM_INLINE Block* take(Span* s, Block* b) {
   if constexpr (kChecks) {
     if (LM_UNLIKELY(!in_span(s, b))) return take_failed(b);
     if (LM_UNLIKELY(!has_free_tag(b))) return take_failed(b);
-    s->free = link_get(b);
+  }
+  Block* next = link_get(b);
+  if (LM_UNLIKELY(is_run(next))) next = run_rest(s, b, next);
+  s->free = next;
+  if constexpr (kChecks) {
     std::atomic_signal_fence(std::memory_order_seq_cst);
     tag_word(b) = 0;
-  } else {
-    s->free = link_get(b);
   }
   span_used_add(s, 1);
   return b;

@@ -383,50 +383,54 @@ void span_take_tail(Span* s, Block** out, uint32_t n) {
   // object): the objects are listed nowhere until the caller publishes the
   // stack, after the fence below.
   const uintptr_t key = g_free_key;
-  for (Block** o = out + n; o != out; p += size) {
-    if constexpr (kChecks) tag_word(p) = key ^ reinterpret_cast<uintptr_t>(p);
-    *--o = reinterpret_cast<Block*>(p);
+  auto put = [&](Block** o, char* q) {
+    if constexpr (kChecks) tag_word(q) = key ^ reinterpret_cast<uintptr_t>(q);
+    *o = reinterpret_cast<Block*>(q);
+  };
+  Block** o = out + n;
+  if (n & 1) {
+    put(--o, p);
+    p += size;
+  }
+  // Two a step (most of a refill's cost where the span's list is empty).
+  for (; o != out; o -= 2, p += 2 * size) {
+    put(o - 1, p);
+    put(o - 2, p + size);
   }
   std::atomic_signal_fence(std::memory_order_seq_cst);
   span_used_add(s, n);
   span_reserved_add(s, n);
 }
 
-uint32_t list_take(Span* s, Block** out, uint32_t want) {
-  uint32_t n = 0, steps = 0;
-  Block* b = s->free;
-  while (b && n < want) {
-    Block* next = walk_link(s, b, steps);  // validated as it is walked
-    if (LM_LIKELY(!is_run(next))) {
-      out[n++] = b;
-      b = next;
-      continue;
+RunTaken take_run(Span* s, Block* b, Block* link, Block** out, uint32_t n, uint32_t want, uint32_t steps) {
+  Block* next = run_next(link);
+  const size_t size = s->obj_size;
+  const uint32_t count = run_count(s, b, steps);
+  const uint32_t k = std::min(count, want - n);
+  Block** o = out + n;
+  char* p = reinterpret_cast<char*>(b);
+  *o++ = b;
+  for (uint32_t m = 1; m < k; ++m) {
+    p += size;
+    if constexpr (kChecks) {
+      if (LM_UNLIKELY(!has_free_tag(p))) corrupt_list(p);
     }
-    // A run: its objects by address, each tested for its tag as a walk
-    // tests every node; a rest not taken stays listed as a node.
-    next = run_next(next);
-    const size_t size = s->obj_size;
-    const uint32_t count = run_count(s, b, steps);
-    const uint32_t k = std::min(count, want - n);
-    char* p = reinterpret_cast<char*>(b);
-    out[n++] = b;
-    for (uint32_t m = 1; m < k; ++m) {
-      p += size;
-      if constexpr (kChecks) {
-        if (LM_UNLIKELY(!has_free_tag(p))) corrupt_list(p);
-      }
-      out[n++] = reinterpret_cast<Block*>(p);
-    }
-    if (k < count) {
-      Block* rest = reinterpret_cast<Block*>(p + size);
-      node_put(rest, count - k, next, size);
-      next = rest;
-    }
-    b = next;
+    *o++ = reinterpret_cast<Block*>(p);
   }
-  s->free = b;
-  span_used_add(s, n);
-  return n;
+  if (k < count) {
+    Block* rest = reinterpret_cast<Block*>(p + size);
+    node_put(rest, count - k, next, size);
+    next = rest;
+  }
+  return {next, n + k, steps};
+}
+
+Block* run_rest(const Span* s, Block* b, Block* link) {
+  uint32_t steps = 0;
+  const uint32_t count = run_count(s, b, steps);
+  Block* rest = reinterpret_cast<Block*>(reinterpret_cast<char*>(b) + s->obj_size);
+  node_put(rest, count - 1, run_next(link), s->obj_size);
+  return rest;
 }
 
 void list_expand(Span* s, Block* b) {
@@ -672,7 +676,7 @@ void count_return(Heap* h, const Span* s, uint32_t n) {
 
 // Heap h's own span s got n objects back on local_free, whose head is now
 // `first` (listed, its last node linked to the old head).
-void return_local(Heap* h, Span* s, Block* first, uint32_t n) {
+LM_INLINE void return_local(Heap* h, Span* s, Block* first, uint32_t n) {
   count_return(h, s, n);
   s->local_free = first;
   span_used_add(s, -n);
@@ -705,11 +709,25 @@ bool return_run(Heap* h, Span* s, Block* first, Block* last, uint32_t n) {
 // secure mode.
 uint32_t return_own_runs(Heap* h, Span* s, Block* const* v, uint32_t i, uint32_t n) {
   const size_t size = s->obj_size;
+  Block* const first = v[i];
+  uint32_t j = i + 1;
+  if (j == n || reinterpret_cast<uintptr_t>(v[j]) != reinterpret_cast<uintptr_t>(first) + size) {
+    // The objects do not start at consecutive addresses (freed in another
+    // order than they were allocated): listed one by one, as a remote
+    // return links them, without looking for runs (which costs a compare
+    // more per object: rptest's flushes).
+    while (j < n && in_span(s, v[j])) {
+      link_put(v[j - 1], v[j]);
+      ++j;
+    }
+    link_put(v[j - 1], s->local_free);
+    return_local(h, s, first, j - i);
+    return j;
+  }
   // The end of the span's last object: a stretch may run on into the
   // span that follows (the same class, adjacent units).
   const uintptr_t obj_end = reinterpret_cast<uintptr_t>(s->start) + uintptr_t(s->capacity) * size;
-  Block* const first = v[i];
-  uint32_t j = i;
+  j = i;
   for (;;) {
     Block* const seg = v[j];
     uintptr_t expect = reinterpret_cast<uintptr_t>(seg) + size;
@@ -948,11 +966,7 @@ Block* refill(Heap* h, unsigned c, Bin& bin) {
   span_restart_if_empty(s);
   Block* b;
   if (s->free) {
-    // The list's head (the first object of a run: list_take), unlinked
-    // before its tag is cleared (fork: see take).
-    list_take(s, &b, 1);
-    std::atomic_signal_fence(std::memory_order_seq_cst);
-    if constexpr (kChecks) tag_word(b) = 0;
+    b = take(s, s->free);
   } else {
     // Never used: untagged as take leaves what it hands out.
     span_take_tail(s, &b, 1);
