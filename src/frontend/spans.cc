@@ -666,6 +666,20 @@ bool remote_push(Heap* h, Span* s, Block* first, Block* last, uint32_t n) {
 // tagged) to their span: the local list if heap h owns it, else the remote
 // one.  Returns true if the owner has something for the collector now and
 // had nothing before (remote_push).
+// Links v[i], v[i + 1], ... (tagged) one to the next while they lie in
+// span s; returns the index past the last one (at least i + 1), whose link
+// is left to the caller.
+LM_INLINE uint32_t link_in_span(const Span* s, Block* const* v, uint32_t i, uint32_t n) {
+  Block* prev = v[i];
+  Block* const* q = v + i + 1;
+  Block* const* const end = v + n;
+  for (; q != end && in_span(s, *q); ++q) {
+    link_put(prev, *q);
+    prev = *q;
+  }
+  return uint32_t(q - v);
+}
+
 void count_return(Heap* h, const Span* s, uint32_t n) {
   if (LM_LIKELY(h != &g_empty_heap)) {
     h->stats.inc(HeapStat::span_returned_bytes, uint64_t(n) * s->obj_size);
@@ -716,10 +730,7 @@ uint32_t return_own_runs(Heap* h, Span* s, Block* const* v, uint32_t i, uint32_t
     // order than they were allocated): listed one by one, as a remote
     // return links them, without looking for runs (which costs a compare
     // more per object: rptest's flushes).
-    while (j < n && in_span(s, v[j])) {
-      link_put(v[j - 1], v[j]);
-      ++j;
-    }
+    j = link_in_span(s, v, i, n);
     link_put(v[j - 1], s->local_free);
     return_local(h, s, first, j - i);
     return j;
@@ -1101,13 +1112,9 @@ bool return_objects_held(Heap* h, Block* const* v, uint32_t n) {
       i = return_own_runs(h, s, v, i, n);
       continue;
     }
-    uint32_t j = i + 1;
     // Cached objects carry their tags (the free that cached them, or the
     // refill): only the links are written.
-    while (j < n && in_span(s, v[j])) {
-      link_put(v[j - 1], v[j]);
-      ++j;
-    }
+    const uint32_t j = link_in_span(s, v, i, n);
     pending |= return_run(h, s, v[i], v[j - 1], j - i);
     i = j;
   }
