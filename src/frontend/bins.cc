@@ -341,17 +341,19 @@ void bin_event(Heap* h, unsigned c, bool miss) {
       const bool active = tl_bin_active[k];
       tl_bin_active[k] = false;
       if (!bin.flimit) continue;
-      if (bin_fingerprint(bin, k) == tl_bin_seen[k] && !active) {
+      uint64_t seen = bin_fingerprint(bin, k);
+      if (seen == tl_bin_seen[k] && !active) {
         if (bin_count(bin, k) != 0) {
           pending |= bin_flush_held(h, k, 0);
           heap_count(h, HeapStat::cache_idle_flushes);
           bin_shrink(k);  // (empty now)
+          seen = bin_fingerprint(bin, k);
         }
         class_idle(h, k);
       } else if (grow && misses >= kBinGrowMisses && tl_bin_cap[k] < kClasses.bin_cap_max[k]) {
         bin_grow(k, kClasses.bin_cap_max[k]);
       }
-      tl_bin_seen[k] = bin_fingerprint(bin, k);
+      tl_bin_seen[k] = seen;
     }
   }
   if (pending) heap_work_arrived();
