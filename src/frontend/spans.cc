@@ -662,10 +662,6 @@ bool remote_push(Heap* h, Span* s, Block* first, Block* last, uint32_t n) {
   return first_pending;
 }
 
-// Returns a run of free objects of span s, first..last (n objects, linked,
-// tagged) to their span: the local list if heap h owns it, else the remote
-// one.  Returns true if the owner has something for the collector now and
-// had nothing before (remote_push).
 // Links v[i], v[i + 1], ... (tagged) one to the next while they lie in
 // span s; returns the index past the last one (at least i + 1), whose link
 // is left to the caller.
@@ -680,6 +676,8 @@ LM_INLINE uint32_t link_in_span(const Span* s, Block* const* v, uint32_t i, uint
   return uint32_t(q - v);
 }
 
+// Counts n objects of span s returned by heap h's thread (or by a thread
+// without a heap).
 void count_return(Heap* h, const Span* s, uint32_t n) {
   if (LM_LIKELY(h != &g_empty_heap)) {
     h->stats.inc(HeapStat::span_returned_bytes, uint64_t(n) * s->obj_size);
@@ -705,6 +703,10 @@ LM_INLINE void return_local(Heap* h, Span* s, Block* first, uint32_t n) {
   }
 }
 
+// Returns a run of free objects of span s, first..last (n objects, linked,
+// tagged) to their span: the local list if heap h owns it, else the remote
+// one.  Returns true if the owner has something for the collector now and
+// had nothing before (remote_push).
 bool return_run(Heap* h, Span* s, Block* first, Block* last, uint32_t n) {
   // Atomic: adopt_spans may be moving a parked span of a third heap.
   if (__atomic_load_n(&s->heap, __ATOMIC_RELAXED) == h) {
