@@ -135,14 +135,9 @@ void bin_published(Heap* h, unsigned c) {
 void bin_refill(Bin& bin, unsigned c, Span* s) {
   const uint32_t want = tl_bin_cap[c];
   if (!bin.base) return;
-  uint32_t n = 0, steps = 0;
-  if (Block* b = s->free) {
-    while (b && n < want) {
-      bin.base[n++] = b;
-      b = walk_link(s, b, steps);  // validated as it is walked
-    }
-    s->free = b;
-    span_used_add(s, n);
+  uint32_t n = 0;
+  if (s->free) {
+    n = list_take(s, bin.base, want);
     std::reverse(bin.base, bin.base + n);
   }
   // Never-used objects only when the list gave under a quarter of the bin:
@@ -274,7 +269,11 @@ static LM_NOINLINE bool bin_flush_held(Heap* h, unsigned c, uint32_t keep) {
     return false;
   }
   Block* out[2 * kBinCapMax];
-  memcpy(out, bin.base, from_alloc * sizeof(Block*));
+  // The allocation stack bottom up is the order its objects would have gone
+  // out in reversed (a refill's first object on top): copied top down, a
+  // refill's stretch of consecutive objects goes back as one run
+  // (return_objects_held), and the free stack's oldest follow.
+  for (uint32_t i = 0; i < from_alloc; ++i) out[i] = bin.top[-1 - int64_t(i)];
   memcpy(out + from_alloc, fbase, (in_free - keep) * sizeof(Block*));
   memmove(fbase, bin.ftop - keep, keep * sizeof(Block*));
   bin.top = bin.base;
@@ -342,17 +341,19 @@ void bin_event(Heap* h, unsigned c, bool miss) {
       const bool active = tl_bin_active[k];
       tl_bin_active[k] = false;
       if (!bin.flimit) continue;
-      if (bin_fingerprint(bin, k) == tl_bin_seen[k] && !active) {
+      uint64_t seen = bin_fingerprint(bin, k);
+      if (seen == tl_bin_seen[k] && !active) {
         if (bin_count(bin, k) != 0) {
           pending |= bin_flush_held(h, k, 0);
           heap_count(h, HeapStat::cache_idle_flushes);
           bin_shrink(k);  // (empty now)
+          seen = bin_fingerprint(bin, k);
         }
         class_idle(h, k);
       } else if (grow && misses >= kBinGrowMisses && tl_bin_cap[k] < kClasses.bin_cap_max[k]) {
         bin_grow(k, kClasses.bin_cap_max[k]);
       }
-      tl_bin_seen[k] = bin_fingerprint(bin, k);
+      tl_bin_seen[k] = seen;
     }
   }
   if (pending) heap_work_arrived();

@@ -94,6 +94,64 @@ inline Block* walk_link(const Span* s, Block* b, uint32_t& steps) {
   }
   return link_get(b);
 }
+// walk_link for a long walk (list_take): the keys and the span's bounds read
+// once, not again after every store the walk makes.
+struct ListWalk {
+  uintptr_t start, bytes, free_key, link_key;
+  uint32_t capacity, steps = 0;
+  explicit ListWalk(const Span* s)
+      : start(reinterpret_cast<uintptr_t>(s->start)), bytes(s->bytes), free_key(g_free_key),
+        link_key(g_link_key), capacity(s->capacity) {}
+  Block* link(Block* b) {
+    const uintptr_t a = reinterpret_cast<uintptr_t>(b);
+    if constexpr (kChecks) {
+      if (LM_UNLIKELY(a - start >= bytes || tag_word(b) != (free_key ^ a) || ++steps > capacity)) corrupt_list(b);
+    }
+    return reinterpret_cast<Block*>(reinterpret_cast<uintptr_t>(b->next) ^ (link_key ? link_key ^ a : 0));
+  }
+};
+
+// Runs (issue #16, `batch`): objects at consecutive addresses of one span
+// listed as one node.  A flush that returns objects of the owner's span in
+// address order (a batch freed in the order it was allocated) lists each
+// stretch of consecutive ones as a run: the first object's link carries
+// kRunFlag (links are 16-byte aligned), and the second object's first word
+// holds the count, encoded as a link; the others are not written, and a
+// refill takes them by address (list_take).  Every object of a run keeps
+// its free tag, so the free check sees it as before.  Only the owner's
+// lists (free, local_free) hold runs: remote lists (xfree) and secure
+// mode's lists never do.
+inline constexpr uintptr_t kRunFlag = 1;
+inline bool is_run(const Block* link) { return reinterpret_cast<uintptr_t>(link) & kRunFlag; }
+inline Block* run_next(const Block* link) {
+  return reinterpret_cast<Block*>(reinterpret_cast<uintptr_t>(link) & ~kRunFlag);
+}
+// Lists objects b, b + size, ..., count of them (tagged), as one node
+// linked to `next`: a plain node for one object, else a run.
+inline void node_put(Block* b, uint32_t count, Block* next, size_t size) {
+  if (count == 1) return link_put(b, next);
+  link_put(b, reinterpret_cast<Block*>(reinterpret_cast<uintptr_t>(next) | kRunFlag));
+  Block* b2 = reinterpret_cast<Block*>(reinterpret_cast<char*>(b) + size);
+  b2->next = reinterpret_cast<Block*>(uintptr_t(count) ^ link_mask(b2));
+}
+// The count of run b of span s (b's link carried kRunFlag; b walked).
+// With checks the run must lie within the span's carved objects, and its
+// objects count as steps of the walk (a corrupted count aborts).
+inline uint32_t run_count(const Span* s, const Block* b, uint32_t& steps) {
+  const char* b2 = reinterpret_cast<const char*>(b) + s->obj_size;
+  if constexpr (kChecks) {
+    if (LM_UNLIKELY(!in_span(s, b2))) corrupt_list(b);
+  }
+  const uintptr_t n = reinterpret_cast<uintptr_t>(reinterpret_cast<const Block*>(b2)->next) ^ link_mask(b2);
+  if constexpr (kChecks) {
+    const uintptr_t end = reinterpret_cast<uintptr_t>(s->start) + uintptr_t(s->reserved) * s->obj_size;
+    if (LM_UNLIKELY(n < 2 || n > s->capacity || reinterpret_cast<uintptr_t>(b) + n * s->obj_size > end ||
+                    (steps += uint32_t(n - 1)) > s->capacity)) {
+      corrupt_list(b);
+    }
+  }
+  return uint32_t(n);
+}
 
 // The failure path of the pops below, a tail call (LM_FAILURE_PATH).
 LM_FAILURE_PATH Block* take_failed(const Block* b);
@@ -110,15 +168,22 @@ LM_INLINE void span_used_add(Span* s, uint32_t delta) {
   __atomic_store_n(&s->used, s->used + delta, __ATOMIC_RELAXED);
 }
 
+// The head of a run: b (its link `link` flagged) leaves it, and the rest,
+// from b's neighbour on, is listed as a node (a run, or one object); returns
+// the rest (spans.cc).
+LM_NOINLINE Block* run_rest(const Span* s, Block* b, Block* link);
+
 LM_INLINE Block* take(Span* s, Block* b) {
   if constexpr (kChecks) {
     if (LM_UNLIKELY(!in_span(s, b))) return take_failed(b);
     if (LM_UNLIKELY(!has_free_tag(b))) return take_failed(b);
-    s->free = link_get(b);
+  }
+  Block* next = link_get(b);
+  if (LM_UNLIKELY(is_run(next))) next = run_rest(s, b, next);
+  s->free = next;
+  if constexpr (kChecks) {
     std::atomic_signal_fence(std::memory_order_seq_cst);
     tag_word(b) = 0;
-  } else {
-    s->free = link_get(b);
   }
   span_used_add(s, 1);
   return b;

@@ -210,6 +210,45 @@ inline uint32_t carve_objects(const Span* s) { return s->obj_size >= kCarveBytes
 // carve limit move past them.  REQUIRES the heap held, n <= capacity -
 // reserved.
 void span_take_tail(Span* s, Block** out, uint32_t n);
+// list_take's part for run b (its link `link` flagged): its objects go to
+// out[n..) by address up to `want`, each tested for its tag as a walk tests
+// every node; a rest not taken stays listed as a node.  Returns what the
+// list continues with, how many `out` holds and the walk's steps.  Out of
+// line, and by value: list_take's walk of single nodes keeps its registers.
+struct RunTaken {
+  Block* next;
+  uint32_t n, steps;
+};
+LM_NOINLINE RunTaken take_run(Span* s, Block* b, Block* link, Block** out, uint32_t n, uint32_t want,
+                              uint32_t steps);
+// Takes up to `want` objects from the head of span s's allocation list
+// into out[0..), in list order (a run's objects by address: checks.h,
+// kRunFlag), validated as they are walked; a run taken in part leaves its
+// rest listed.  `used` counts them; their tags stay.  Returns how many.
+// REQUIRES the heap held.
+inline uint32_t list_take(Span* s, Block** out, uint32_t want) {
+  ListWalk walk(s);
+  uint32_t n = 0;
+  Block* b = s->free;
+  while (b && n < want) {
+    Block* next = walk.link(b);  // validated as it is walked
+    if (LM_UNLIKELY(is_run(next))) {
+      const RunTaken t = take_run(s, b, next, out, n, want, walk.steps);
+      b = t.next;
+      n = t.n;
+      walk.steps = t.steps;
+      continue;
+    }
+    out[n++] = b;
+    b = next;
+  }
+  s->free = b;
+  span_used_add(s, n);
+  return n;
+}
+// Lists every object of the runs on list `head` of span s one by one (the
+// purge's filter unlinks single objects).  REQUIRES the heap held.
+void list_expand(Span* s, Block* head);
 // Heap h's thread stopped using class c (its cache went back idle,
 // bin_event): the class's current span goes back to the backend if it is
 // empty.  REQUIRES h held.

@@ -148,7 +148,13 @@ bool plan(Span* s, FreeMap& map, uint64_t add[2], unsigned* nranges) {
   for (Block* list : {s->free, s->local_free}) {
     for (Block* b = list; b;) {
       Block* next = walk_link(s, b, steps);  // validated as it is walked
-      map.set(uint32_t(size_t(reinterpret_cast<char*>(b) - s->start) / sz));
+      uint32_t count = 1;
+      if (is_run(next)) {
+        count = run_count(s, b, steps);
+        next = run_next(next);
+      }
+      const uint32_t i = uint32_t(size_t(reinterpret_cast<char*>(b) - s->start) / sz);
+      for (uint32_t m = 0; m < count; ++m) map.set(i + m);
       b = next;
     }
   }
@@ -226,6 +232,9 @@ void add_ranges(const Span* s, const uint64_t m[2], PurgeBatch* batch) {
 // join `batch` (advised before the heap is let go).
 void mark(Span* s, const uint64_t add[2], uint64_t now, bool lazy, PurgeBatch* batch) {
   uint32_t steps = 0;
+  // The filter unlinks single objects: runs are listed one by one first.
+  list_expand(s, s->free);
+  list_expand(s, s->local_free);
   uint32_t removed = filter(s, &s->free, add, &steps);
   removed += filter(s, &s->local_free, add, &steps);
   s->dormant += removed;

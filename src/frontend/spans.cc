@@ -379,12 +379,74 @@ void span_reserved_add(Span* s, uint32_t n) {
 void span_take_tail(Span* s, Block** out, uint32_t n) {
   char* p = s->start + size_t(s->reserved) * s->obj_size;
   const size_t size = s->obj_size;
-  for (uint32_t i = n; i-- > 0; p += size) {
-    set_free_tag(p);
-    out[i] = reinterpret_cast<Block*>(p);
+  // The key read once (set_free_tag's fence would read it again for each
+  // object): the objects are listed nowhere until the caller publishes the
+  // stack, after the fence below.
+  const uintptr_t key = g_free_key;
+  auto put = [&](Block** o, char* q) {
+    if constexpr (kChecks) tag_word(q) = key ^ reinterpret_cast<uintptr_t>(q);
+    *o = reinterpret_cast<Block*>(q);
+  };
+  Block** o = out + n;
+  if (n & 1) {
+    put(--o, p);
+    p += size;
   }
+  // Two a step (most of a refill's cost where the span's list is empty).
+  for (; o != out; o -= 2, p += 2 * size) {
+    put(o - 1, p);
+    put(o - 2, p + size);
+  }
+  std::atomic_signal_fence(std::memory_order_seq_cst);
   span_used_add(s, n);
   span_reserved_add(s, n);
+}
+
+RunTaken take_run(Span* s, Block* b, Block* link, Block** out, uint32_t n, uint32_t want, uint32_t steps) {
+  Block* next = run_next(link);
+  const size_t size = s->obj_size;
+  const uint32_t count = run_count(s, b, steps);
+  const uint32_t k = std::min(count, want - n);
+  Block** o = out + n;
+  char* p = reinterpret_cast<char*>(b);
+  *o++ = b;
+  for (uint32_t m = 1; m < k; ++m) {
+    p += size;
+    if constexpr (kChecks) {
+      if (LM_UNLIKELY(!has_free_tag(p))) corrupt_list(p);
+    }
+    *o++ = reinterpret_cast<Block*>(p);
+  }
+  if (k < count) {
+    Block* rest = reinterpret_cast<Block*>(p + size);
+    node_put(rest, count - k, next, size);
+    next = rest;
+  }
+  return {next, n + k, steps};
+}
+
+Block* run_rest(const Span* s, Block* b, Block* link) {
+  uint32_t steps = 0;
+  const uint32_t count = run_count(s, b, steps);
+  Block* rest = reinterpret_cast<Block*>(reinterpret_cast<char*>(b) + s->obj_size);
+  node_put(rest, count - 1, run_next(link), s->obj_size);
+  return rest;
+}
+
+void list_expand(Span* s, Block* b) {
+  uint32_t steps = 0;
+  while (b) {
+    Block* next = walk_link(s, b, steps);
+    if (is_run(next)) {
+      next = run_next(next);
+      const size_t size = s->obj_size;
+      const uint32_t count = run_count(s, b, steps);
+      char* p = reinterpret_cast<char*>(b);
+      for (uint32_t m = 1; m < count; ++m, p += size) link_put(reinterpret_cast<Block*>(p), reinterpret_cast<Block*>(p + size));
+      link_put(reinterpret_cast<Block*>(p), next);
+    }
+    b = next;
+  }
 }
 
 namespace {
@@ -600,33 +662,110 @@ bool remote_push(Heap* h, Span* s, Block* first, Block* last, uint32_t n) {
   return first_pending;
 }
 
-// Returns a run of free objects of span s, first..last (n objects, linked,
-// tagged) to their span: the local list if heap h owns it, else the remote
-// one.  Returns true if the owner has something for the collector now and
-// had nothing before (remote_push).
-bool return_run(Heap* h, Span* s, Block* first, Block* last, uint32_t n) {
+// Links v[i], v[i + 1], ... (tagged) one to the next while they lie in
+// span s; returns the index past the last one (at least i + 1), whose link
+// is left to the caller.
+LM_INLINE uint32_t link_in_span(const Span* s, Block* const* v, uint32_t i, uint32_t n) {
+  Block* prev = v[i];
+  Block* const* q = v + i + 1;
+  Block* const* const end = v + n;
+  for (; q != end && in_span(s, *q); ++q) {
+    link_put(prev, *q);
+    prev = *q;
+  }
+  return uint32_t(q - v);
+}
+
+// Counts n objects of span s returned by heap h's thread (or by a thread
+// without a heap).
+void count_return(Heap* h, const Span* s, uint32_t n) {
   if (LM_LIKELY(h != &g_empty_heap)) {
     h->stats.inc(HeapStat::span_returned_bytes, uint64_t(n) * s->obj_size);
   } else {
     g.stats.add(Stat::orphan_return_bytes, uint64_t(n) * s->obj_size);
   }
+}
+
+// Heap h's own span s got n objects back on local_free, whose head is now
+// `first` (listed, its last node linked to the old head).
+LM_INLINE void return_local(Heap* h, Span* s, Block* first, uint32_t n) {
+  count_return(h, s, n);
+  s->local_free = first;
+  span_used_add(s, -n);
+  h->returned_bytes += uint64_t(n) * s->obj_size;
+  if (s->used == 0 || s->in_full) {
+    local_free_attention(h, s);
+  } else if (s->used == s->xfree_count.load(std::memory_order_relaxed)) {
+    // Every object still counted in `used` waits on `xfree`: the span
+    // is empty once they are collected (remote_push notices only a
+    // remote run that empties a span; this local one did).
+    release_if_emptied(h, s);
+  }
+}
+
+// Returns a run of free objects of span s, first..last (n objects, linked,
+// tagged) to their span: the local list if heap h owns it, else the remote
+// one.  Returns true if the owner has something for the collector now and
+// had nothing before (remote_push).
+bool return_run(Heap* h, Span* s, Block* first, Block* last, uint32_t n) {
   // Atomic: adopt_spans may be moving a parked span of a third heap.
   if (__atomic_load_n(&s->heap, __ATOMIC_RELAXED) == h) {
     link_set(last, s->local_free);
-    s->local_free = first;
-    span_used_add(s, -n);
-    h->returned_bytes += uint64_t(n) * s->obj_size;
-    if (s->used == 0 || s->in_full) {
-      local_free_attention(h, s);
-    } else if (s->used == s->xfree_count.load(std::memory_order_relaxed)) {
-      // Every object still counted in `used` waits on `xfree`: the span
-      // is empty once they are collected (remote_push notices only a
-      // remote run that empties a span; this local one did).
-      release_if_emptied(h, s);
-    }
+    return_local(h, s, first, n);
     return false;
   }
+  count_return(h, s, n);
   return remote_push(h, s, first, last, n);
+}
+
+// Returns the cached objects v[i..) of heap h's own span s that come
+// before the first one of another span (at least v[i]) onto its local
+// list, each stretch at consecutive addresses as one run (checks.h,
+// kRunFlag); returns the index past them.  REQUIRES h held, not in
+// secure mode.
+uint32_t return_own_runs(Heap* h, Span* s, Block* const* v, uint32_t i, uint32_t n) {
+  const size_t size = s->obj_size;
+  Block* const first = v[i];
+  uint32_t j = i + 1;
+  if (j == n || reinterpret_cast<uintptr_t>(v[j]) != reinterpret_cast<uintptr_t>(first) + size) {
+    // The objects do not start at consecutive addresses (freed in another
+    // order than they were allocated): listed one by one, as a remote
+    // return links them, without looking for runs (which costs a compare
+    // more per object: rptest's flushes).
+    j = link_in_span(s, v, i, n);
+    link_put(v[j - 1], s->local_free);
+    return_local(h, s, first, j - i);
+    return j;
+  }
+  // The end of the span's last object: a stretch may run on into the
+  // span that follows (the same class, adjacent units).
+  const uintptr_t obj_end = reinterpret_cast<uintptr_t>(s->start) + uintptr_t(s->capacity) * size;
+  j = i;
+  for (;;) {
+    Block* const seg = v[j];
+    uintptr_t expect = reinterpret_cast<uintptr_t>(seg) + size;
+    const uintptr_t* q = reinterpret_cast<const uintptr_t*>(v + j + 1);
+    const uintptr_t* const end = reinterpret_cast<const uintptr_t*>(v + n);
+    // Two entries a step (the loop is most of a flush's cost).
+    while (end - q >= 2 && q[0] == expect && q[1] == expect + size) {
+      expect += 2 * size;
+      q += 2;
+    }
+    if (q != end && *q == expect) {
+      expect += size;
+      ++q;
+    }
+    uint32_t k = uint32_t(reinterpret_cast<Block* const*>(q) - v);
+    if (LM_UNLIKELY(expect > obj_end)) k = j + uint32_t((obj_end - reinterpret_cast<uintptr_t>(seg)) / size);
+    if (k < n && in_span(s, v[k])) {
+      node_put(seg, k - j, v[k], size);
+      j = k;
+      continue;
+    }
+    node_put(seg, k - j, s->local_free, size);
+    return_local(h, s, first, k - i);
+    return k;
+  }
 }
 
 // True (once per kBackgroundAfterBytes) if heap h's own spans got that many
@@ -969,13 +1108,15 @@ bool return_objects_held(Heap* h, Block* const* v, uint32_t n) {
   bool pending = false;
   for (uint32_t i = 0; i < n;) {
     Span* s = g.backend.span_of(v[i]);
-    uint32_t j = i + 1;
+    // Atomic: adopt_spans may be moving a parked span of a third heap (never
+    // to or from h, which is held).
+    if (__atomic_load_n(&s->heap, __ATOMIC_RELAXED) == h && !g_secure) {
+      i = return_own_runs(h, s, v, i, n);
+      continue;
+    }
     // Cached objects carry their tags (the free that cached them, or the
     // refill): only the links are written.
-    while (j < n && in_span(s, v[j])) {
-      link_put(v[j - 1], v[j]);
-      ++j;
-    }
+    const uint32_t j = link_in_span(s, v, i, n);
     pending |= return_run(h, s, v[i], v[j - 1], j - i);
     i = j;
   }

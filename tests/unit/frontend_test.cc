@@ -643,6 +643,79 @@ TEST(Batches, ARefillTakesTheListedObjectsAndNoNeverUsedOnesBesideThem) {
   EXPECT_EQ(lm_check_invariants(), nullptr);
 }
 
+// A flush lists the objects it returns at consecutive addresses of one span
+// as one run (issue #16, batch: checks.h, kRunFlag): the first object holds
+// the link and the second the count, and no other object is written; a
+// refill takes them back by address, each once.
+TEST(Batches, AFlushListsObjectsAtConsecutiveAddressesAsOneRunWithoutWritingThem) {
+  std::thread([] {
+    constexpr size_t kSize = 64;  // 1024 a span
+    constexpr size_t kRun = 100;
+    std::vector<char*> v(kRun);
+    for (auto& p : v) p = static_cast<char*>(lm_malloc(kSize));
+    char* keep = static_cast<char*>(lm_malloc(kSize));  // the span does not start over
+    Span* s = detail::g.backend.span_of(v[0]);
+    for (size_t i = 0; i < kRun; ++i) ASSERT_EQ(v[i], v[0] + i * kSize) << i << ": a new span, by address";
+    constexpr uint64_t kMark = 0x5a5a5a5a5a5a5a5aull;
+    for (char* p : v) memcpy(p, &kMark, sizeof kMark);  // the first word, where a link would go
+    for (char* p : v) lm_free(p);
+    detail::bins_return_all(detail::tl_heap, false);  // the cache onto the span's list
+    ASSERT_EQ(s->used, 2u) << "the phantom and keep";
+    size_t unwritten = 0;
+    for (size_t i = 0; i < kRun; ++i) {
+      uint64_t w;
+      memcpy(&w, v[i], sizeof w);
+      unwritten += w == kMark;
+    }
+    EXPECT_GE(unwritten, kRun - 2) << "objects linked one by one";
+    // Freed again: the free check still sees each object's tag.
+    std::vector<char*> w;
+    for (uint32_t i = 0; i < s->reserved - 1; ++i) w.push_back(static_cast<char*>(lm_malloc(kSize)));
+    std::vector<char*> sorted = w;
+    std::sort(sorted.begin(), sorted.end());
+    EXPECT_EQ(std::adjacent_find(sorted.begin(), sorted.end()), sorted.end()) << "an object handed out twice";
+    for (char* p : v) EXPECT_TRUE(std::binary_search(sorted.begin(), sorted.end(), p)) << "not handed out again";
+    for (char* p : w) lm_free(p);
+    lm_free(keep);
+  }).join();
+  EXPECT_EQ(lm_check_invariants(), nullptr);
+}
+
+#if LAZYMALLOC_CHECKS
+// The checks see a run's objects as before: each keeps its free tag (a
+// double free of one is reported), and a run's count, overwritten after
+// the free, is caught by the refill that reaches it, as a link is.
+TEST(Batches, ARunsObjectsKeepTheirFreeTagsAndACorruptedCountIsCaught) {
+  std::thread([] {
+    constexpr size_t kSize = 64;
+    std::vector<char*> v(100);
+    for (auto& p : v) p = static_cast<char*>(lm_malloc(kSize));
+    char* keep = static_cast<char*>(lm_malloc(kSize));  // the span does not start over
+    Span* s = detail::g.backend.span_of(v[0]);
+    for (char* p : v) lm_free(p);
+    detail::bins_return_all(detail::tl_heap, false);
+    // The first run's head: its link carries the flag.
+    size_t head = v.size();
+    for (size_t i = 0; i + 1 < v.size() && head == v.size(); ++i) {
+      if (detail::is_run(detail::link_get(reinterpret_cast<Block*>(v[i])))) head = i;
+    }
+    ASSERT_LT(head, v.size()) << "no run listed";
+    EXPECT_DEATH(lm_free(v[head + 1]), "lazymalloc: free\\(\\): invalid pointer 0x[0-9a-f]+: double free");
+    EXPECT_DEATH(
+        {
+          memset(v[head + 1], 0x41, 8);  // the count
+          for (uint32_t i = 0; i < s->reserved; ++i) (void)lm_malloc(kSize);
+        },
+        "lazymalloc: malloc\\(\\): invalid pointer 0x[0-9a-f]+: corrupted free list");
+    std::vector<char*> w;
+    for (uint32_t i = 0; i < s->reserved - 1; ++i) w.push_back(static_cast<char*>(lm_malloc(kSize)));
+    for (char* p : w) lm_free(p);
+    lm_free(keep);
+  }).join();
+  EXPECT_EQ(lm_check_invariants(), nullptr);
+}
+#endif
+
 // A class the thread stopped using gives back its cache and then its
 // current span, once empty, instead of keeping it until the whole thread
 // is quiet for the collector (class_idle): batch's 20 classes each held a
