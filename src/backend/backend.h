@@ -469,6 +469,8 @@ class Backend {
   bool hugepages_ = false;           // Opt::hugepages
   bool huge_arenas_ = false;         // written under lock_ (atomic stores: arenas_huge() reads it unlocked): every arena is advised MADV_HUGEPAGE
   size_t unit_slots_ = 0;            // REQUIRES lock_: slots of kind kUnits
+  // REQUIRES lock_: a free slot may hold resident units (choose_free_resident).
+  bool free_resident_hint_ = false;
   uint64_t now_ = 0;                 // REQUIRES lock_: the clock at this operation
   uint64_t last_activity_ns_ = 0;
   uint64_t hard_limit_ = 0;

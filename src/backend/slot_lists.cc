@@ -41,6 +41,7 @@ void Backend::bin_unlink(SlotMeta* head) {
 void Backend::insert_free_run(SlotMeta* first, size_t n) {
   for (size_t i = 0; i < n; ++i) {
     if (first[i].kind == SlotKind::kUnits) --unit_slots_;
+    if (first[i].retained | first[i].lazy) free_resident_hint_ = true;  // (choose_free_resident)
     first[i].kind = SlotKind::kFree;
     first[i].sparse = false;
   }
