@@ -222,15 +222,8 @@ void Backend::take_unit_slot(SlotMeta* head) {
 SlotMeta* Backend::take_top_slot() {
   if (!bin_mask_) return nullptr;
   SlotMeta* head = bins_[63 - __builtin_clzll(bin_mask_)];
-  size_t len = head->run_len;
-  bin_unlink(head);
-  if (len > 1) {
-    head->run_len = uint32_t(len - 1);
-    head[len - 2].run_len = uint32_t(len - 1);
-    bin_push(head);
-  }
-  SlotMeta* m = head + (len - 1);
-  m->kind = SlotKind::kHuge;  // carved, as carve_run leaves it
+  SlotMeta* m = head + (head->run_len - 1);
+  carve_run(head, m, 1);
   return m;
 }
 
@@ -257,35 +250,30 @@ Span* Backend::alloc_units(unsigned n, bool fresh_slot, bool may_grow, bool stra
   unsigned idx = 0;
   UnitFit fit;
   bool placed = !fresh_slot && choose_units(n, straddle, sparse, &m, &idx, &fit);
+  SlotMeta* slot = nullptr;  // a free slot the run opens as a unit slot
   if (!fresh_slot && !sparse && (!placed || fit.fresh > 0) && free_resident_hint_) {
-    SlotMeta* r = nullptr;
-    unsigned ridx = 0;
-    if (!choose_free_resident(n, placed ? fit.fresh : fit_units(0, 0, n).fresh, &r, &ridx)) {
-      free_resident_hint_ = false;  // none that pays now: no look until another slot empties
-    } else {
-      run_cut(run_head(r), r, r);
-      r->kind = SlotKind::kHuge;  // carved, as carve_run leaves it
-      take_unit_slot(r);
-      r->sparse = false;
-      advise_slot_dense(r);
-      m = r;
-      idx = ridx;
+    if (choose_free_resident(n, placed ? fit.fresh : fit_units(0, 0, n).fresh, &slot, &idx)) {
+      carve_run(run_head(slot), slot, 1);
       placed = true;
+    } else {
+      free_resident_hint_ = false;  // none that pays now: no look until another slot empties
     }
   }
   if (!placed) {
-    SlotMeta* head = sparse ? take_top_slot() : take_free_run(1);
-    if (!head) {
+    slot = sparse ? take_top_slot() : take_free_run(1);
+    if (!slot) {
       if (!may_grow || !add_arena(1, kSlotSize)) return nullptr;
-      head = sparse ? take_top_slot() : take_free_run(1);
-      if (!head) return nullptr;
+      slot = sparse ? take_top_slot() : take_free_run(1);
+      if (!slot) return nullptr;
     }
-    if (!sparse) carve_run(head, 1);
-    take_unit_slot(head);
-    head->sparse = sparse;
-    if (sparse) advise_slot_sparse(head); else advise_slot_dense(head);
-    m = head;
+    if (!sparse) carve_run(slot, slot, 1);
     idx = 0;
+  }
+  if (slot) {
+    take_unit_slot(slot);
+    slot->sparse = sparse;
+    if (sparse) advise_slot_sparse(slot); else advise_slot_dense(slot);
+    m = slot;
   }
   Span* s = new_span();
   if (!s) {
@@ -325,7 +313,7 @@ Span* Backend::alloc_slots(size_t nslots, size_t align, bool may_grow) {
     head = take_free_run(need);
     if (!head) return nullptr;
   }
-  carve_run(head, need);
+  carve_run(head, head, need);
   if (extra) {
     uintptr_t aligned = align_up(head->base, align);
     size_t lead = (aligned - head->base) / kSlotSize;
@@ -740,7 +728,7 @@ bool Backend::resize(Span* s, size_t bytes) {
     size_t add = want - have;
     SlotMeta* right = neighbor(s->slot, ptrdiff_t(have));
     if (!right || right->kind != SlotKind::kFree || right->run_len < add) return false;
-    carve_run(right, add);
+    carve_run(right, right, add);
     for (size_t i = 0; i < add; ++i) {
       SlotMeta* m = right + i;
       account_take(m, kAllUnits);

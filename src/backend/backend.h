@@ -384,11 +384,13 @@ class Backend {
   bool register_arena(Arena* a);
   void* map_leaf(size_t bytes);  // a page-map leaf, counted as metadata; nullptr if it fails
   SlotMeta* take_free_run(size_t nslots);
-  void carve_run(SlotMeta* head, size_t nslots);  // head is a free run's first slot
   SlotMeta* run_head(SlotMeta* m) const;  // the first slot of the free run that holds m (kFree)
   // Takes slots first..last out of the free run that starts at head; the
   // slots before and after them stay free runs.
   void run_cut(SlotMeta* head, SlotMeta* first, SlotMeta* last);
+  // run_cut of `nslots` slots from `first`, marked carved (kHuge, until the
+  // caller makes them unit slots).
+  void carve_run(SlotMeta* head, SlotMeta* first, size_t nslots);
   void insert_free_run(SlotMeta* first, size_t nslots);
   void remove_free_run(SlotMeta* head);
   void release_slots(SlotMeta* first, size_t nslots, uint64_t now, bool clean);

@@ -108,16 +108,9 @@ void Backend::run_cut(SlotMeta* head, SlotMeta* first, SlotMeta* last) {
   }
 }
 
-void Backend::carve_run(SlotMeta* head, size_t n) {
-  bin_unlink(head);
-  size_t len = head->run_len;
-  for (size_t i = 0; i < n; ++i) head[i].kind = SlotKind::kHuge;
-  if (len > n) {
-    SlotMeta* rest = head + n;
-    rest->run_len = uint32_t(len - n);
-    head[len - 1].run_len = uint32_t(len - n);
-    bin_push(rest);
-  }
+void Backend::carve_run(SlotMeta* head, SlotMeta* first, size_t n) {
+  run_cut(head, first, first + (n - 1));
+  for (size_t i = 0; i < n; ++i) first[i].kind = SlotKind::kHuge;
 }
 
 // ---------------------------------------------------------- lists
