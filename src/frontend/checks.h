@@ -85,17 +85,12 @@ inline bool in_span(const Span* s, const void* b) {
 // Reports a corrupted span free list at `b` and aborts (checks.cc).
 [[noreturn]] LM_NOINLINE void corrupt_list(const void* b);
 
-// The link of list entry `b` of span s, for the slow paths that walk a
-// list: with checks, `b` must lie in the span and carry its tag, and a walk
-// longer than the span's capacity (a corrupted list that loops) aborts.
-inline Block* walk_link(const Span* s, Block* b, uint32_t& steps) {
-  if constexpr (kChecks) {
-    if (LM_UNLIKELY(!in_span(s, b) || !has_free_tag(b) || ++steps > s->capacity)) corrupt_list(b);
-  }
-  return link_get(b);
-}
-// walk_link for a long walk (list_take): the keys and the span's bounds read
-// once, not again after every store the walk makes.
+// A walk of span s's list: link(b) is the link of entry `b`, for the slow
+// paths that walk a list: with checks, `b` must lie in the span and carry
+// its tag, and a walk longer than the span's capacity (a corrupted list
+// that loops) aborts.  A long walk (list_take) keeps one ListWalk, so that
+// the keys and the span's bounds are read once, not again after every
+// store the walk makes; walk_link is one step of a walk.
 struct ListWalk {
   uintptr_t start, bytes, free_key, link_key;
   uint32_t capacity, steps = 0;
@@ -110,6 +105,13 @@ struct ListWalk {
     return reinterpret_cast<Block*>(reinterpret_cast<uintptr_t>(b->next) ^ (link_key ? link_key ^ a : 0));
   }
 };
+inline Block* walk_link(const Span* s, Block* b, uint32_t& steps) {
+  ListWalk walk(s);
+  walk.steps = steps;
+  Block* next = walk.link(b);
+  steps = walk.steps;
+  return next;
+}
 
 // Runs (issue #16, `batch`): objects at consecutive addresses of one span
 // listed as one node.  A flush that returns objects of the owner's span in
