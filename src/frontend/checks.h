@@ -173,7 +173,7 @@ LM_INLINE void span_used_add(Span* s, uint32_t delta) {
 // The head of a run: b (its link `link` flagged) leaves it, and the rest,
 // from b's neighbour on, is listed as a node (a run, or one object); returns
 // the rest (spans.cc).
-LM_NOINLINE Block* run_rest(const Span* s, Block* b, Block* link);
+LM_NOINLINE Block* run_rest(Span* s, Block* b, Block* link);
 
 LM_INLINE Block* take(Span* s, Block* b) {
   if constexpr (kChecks) {

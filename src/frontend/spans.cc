@@ -425,12 +425,9 @@ RunTaken take_run(Span* s, Block* b, Block* link, Block** out, uint32_t n, uint3
   return {next, n + k, steps};
 }
 
-Block* run_rest(const Span* s, Block* b, Block* link) {
-  uint32_t steps = 0;
-  const uint32_t count = run_count(s, b, steps);
-  Block* rest = reinterpret_cast<Block*>(reinterpret_cast<char*>(b) + s->obj_size);
-  node_put(rest, count - 1, run_next(link), s->obj_size);
-  return rest;
+Block* run_rest(Span* s, Block* b, Block* link) {
+  Block* head;  // b itself: take_run's first object, untested (take tests it)
+  return take_run(s, b, link, &head, 0, 1, 0).next;
 }
 
 void list_expand(Span* s, Block* b) {
