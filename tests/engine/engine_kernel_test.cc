@@ -343,13 +343,25 @@ TEST_F(Engine, ProcessEndsWhenItsLastThreadExitsThroughPthread) {
     lazymalloc_option_set("pressure", 0);
     lazymalloc_option_set("decay_ms", 60000);
     lazymalloc_option_set("partial_decay_ms", 60000);
-    // RETAINED for a minute: the thread starts and sleeps to its decay.
-    void* p = malloc(512 * 1024);
-    memset(p, 1, 512 * 1024);
+    // RETAINED for a minute: the thread starts and sleeps to its decay.  A
+    // huge block, kept for reuse (huge_retain): a large one that the only
+    // thread frees with its cache cold goes back with MADV_DONTNEED
+    // (large_release_cold), and nothing would be RETAINED.
+    void* p = malloc(4 << 20);
+    memset(p, 1, 4 << 20);
     free(p);
     uint64_t running = 0;
     lazymalloc_stat_get("background_threads", &running);
-    if (running != 1) _exit(3);
+    if (running != 1) {
+      // Why the thread did not start, for the parent's failure.
+      for (const char* name : {"retained_bytes", "large_cache_bytes", "large_cold_dontneed_bytes", "heaps",
+                               "heaps_pooled", "background_starts", "background_start_failures"}) {
+        uint64_t v = 0;
+        lazymalloc_stat_get(name, &v);
+        fprintf(stderr, "child: %s %llu\n", name, static_cast<unsigned long long>(v));
+      }
+      _exit(3);
+    }
     pthread_t t;
     auto last = [](void*) -> void* {
       free(malloc(100));  // a heap, so the exit hook runs
