@@ -154,6 +154,17 @@ inline uint32_t run_count(const Span* s, const Block* b, uint32_t& steps) {
   }
   return uint32_t(n);
 }
+// One node of a walk of span s's list at `b`: returns its successor, and in
+// *count the objects it lists (1, or a run's count), validated as walked.
+inline Block* walk_node(const Span* s, Block* b, uint32_t& steps, uint32_t* count) {
+  Block* next = walk_link(s, b, steps);
+  *count = 1;
+  if (is_run(next)) {
+    *count = run_count(s, b, steps);
+    next = run_next(next);
+  }
+  return next;
+}
 
 // The failure path of the pops below, a tail call (LM_FAILURE_PATH).
 LM_FAILURE_PATH Block* take_failed(const Block* b);

@@ -147,12 +147,8 @@ bool plan(Span* s, FreeMap& map, uint64_t add[2], unsigned* nranges) {
   uint32_t steps = 0;
   for (Block* list : {s->free, s->local_free}) {
     for (Block* b = list; b;) {
-      Block* next = walk_link(s, b, steps);  // validated as it is walked
-      uint32_t count = 1;
-      if (is_run(next)) {
-        count = run_count(s, b, steps);
-        next = run_next(next);
-      }
+      uint32_t count;
+      Block* next = walk_node(s, b, steps, &count);
       const uint32_t i = uint32_t(size_t(reinterpret_cast<char*>(b) - s->start) / sz);
       for (uint32_t m = 0; m < count; ++m) map.set(i + m);
       b = next;

@@ -433,11 +433,10 @@ Block* run_rest(Span* s, Block* b, Block* link) {
 void list_expand(Span* s, Block* b) {
   uint32_t steps = 0;
   while (b) {
-    Block* next = walk_link(s, b, steps);
-    if (is_run(next)) {
-      next = run_next(next);
+    uint32_t count;
+    Block* next = walk_node(s, b, steps, &count);
+    if (count > 1) {
       const size_t size = s->obj_size;
-      const uint32_t count = run_count(s, b, steps);
       char* p = reinterpret_cast<char*>(b);
       for (uint32_t m = 1; m < count; ++m, p += size) link_put(reinterpret_cast<Block*>(p), reinterpret_cast<Block*>(p + size));
       link_put(reinterpret_cast<Block*>(p), next);
