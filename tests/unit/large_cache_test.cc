@@ -13,6 +13,7 @@
 #include <cstring>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "core/options.h"
@@ -60,16 +61,45 @@ void warm_cache() {
   lm_thread_collect();
 }
 
-// n blocks of `size`, each followed by a live block of 256 KiB + 1 (320
-// KiB) in *apart, so that freed ones do not adjoin (a free joins a block
-// to the cached blocks it adjoins, large_cache_put).
+// n blocks of `size` no two of which adjoin (a free joins a block to the
+// cached blocks it adjoins, large_cache_put), each malloc followed by a live
+// block of 256 KiB + 1 (320 KiB) in *apart; a block that lands beside one
+// already taken (earlier tests leave the backend's free runs anywhere)
+// stays live in *apart too.
 std::vector<void*> apart_blocks(int n, size_t size, std::vector<void*>* apart) {
   std::vector<void*> v;
-  for (int i = 0; i < n; ++i) {
-    v.push_back(lm_malloc(size));
+  auto adjoin = [](void* a, void* b) { return static_cast<char*>(a) + lm_usable_size(a) == b; };
+  while (int(v.size()) < n && apart->size() < 16 * size_t(n) + 64) {
+    void* p = lm_malloc(size);
+    bool beside = false;
+    for (void* q : v) beside |= adjoin(p, q) || adjoin(q, p);
+    (beside ? apart : &v)->push_back(p);
     apart->push_back(lm_malloc(256 * kKiB + 1));
   }
   return v;
+}
+
+// Two adjoining blocks of `size` in one slot (the cache joins only
+// those), the lower one first: mallocs until a block lies right above or
+// below one taken before in its slot (earlier tests leave the backend's
+// free runs anywhere: the next two may not adjoin); the others stay live,
+// in *live.  {nullptr, nullptr} if 16 mallocs found none.
+std::pair<char*, char*> adjoining_blocks(size_t size, std::vector<void*>* live) {
+  std::vector<char*> taken;
+  for (int i = 0; i < 16; ++i) {
+    char* p = static_cast<char*>(lm_malloc(size));
+    for (size_t j = 0; p && j < taken.size(); ++j) {
+      char* q = taken[j];
+      const bool one_slot = reinterpret_cast<uintptr_t>(p) / kSlotSize == reinterpret_cast<uintptr_t>(q) / kSlotSize;
+      if ((p != q + size && q != p + size) || !one_slot) continue;
+      taken.erase(taken.begin() + std::ptrdiff_t(j));
+      live->insert(live->end(), taken.begin(), taken.end());
+      return p < q ? std::pair{p, q} : std::pair{q, p};
+    }
+    taken.push_back(p);
+  }
+  live->insert(live->end(), taken.begin(), taken.end());
+  return {nullptr, nullptr};
 }
 
 class LargeCache : public ::testing::Test {
@@ -152,9 +182,8 @@ TEST_F(LargeCache, ABlockMoreThanTwiceTheRequestIsCutAndTheRestStaysCached) {
 TEST_F(LargeCache, AJoinMakesNoBlockLargerThanALargeBlock) {
   std::vector<void*> live;  // room under the peak and half the live bytes for 2 MiB
   for (int i = 0; i < 4; ++i) live.push_back(lm_malloc(1024 * kKiB));
-  char* x = static_cast<char*>(lm_malloc(1024 * kKiB));
-  char* y = static_cast<char*>(lm_malloc(1024 * kKiB));
-  ASSERT_EQ(y, x + 1024 * kKiB) << "two 1 MiB blocks fill a fresh slot";
+  auto [x, y] = adjoining_blocks(1024 * kKiB, &live);
+  ASSERT_NE(x, nullptr) << "no two adjoining 1 MiB blocks";
   const uint64_t joins = stat("large_cache_joins");
   lm_free(x);
   lm_free(y);
