@@ -10,6 +10,7 @@
 
 #include <cstdio>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
 
 namespace lazybench {
@@ -141,6 +142,36 @@ std::string kernel_release() {
   return u.release;
 }
 
+std::uint64_t page_reporting_kib(std::string_view features, std::string_view order) {
+  constexpr std::size_t kReportingBit = 5;
+  if (features.size() <= kReportingBit || features[kReportingBit] != '1') return 0;
+  unsigned shift = 9;  // the kernel's default, pageblock_order on x86-64
+  if (!order.empty() && order.front() >= '0' && order.front() <= '9') {
+    unsigned v = 0;
+    for (std::size_t i = 0; i < order.size() && order[i] >= '0' && order[i] <= '9'; ++i) v = v * 10 + unsigned(order[i] - '0');
+    if (v <= 20) shift = v;
+  }
+  return std::uint64_t{4} << shift;
+}
+
+namespace {
+
+// The reporting block size of the first virtio-balloon device that reports
+// free pages, in KiB; 0 if none does.
+std::uint64_t machine_page_reporting_kib() {
+  std::error_code ec;
+  const std::filesystem::path dir = "/sys/bus/virtio/drivers/virtio_balloon";
+  const std::string order = read_text_file("/sys/module/page_reporting/parameters/page_reporting_order");
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("virtio", 0) != 0) continue;
+    if (const auto kib = page_reporting_kib(read_text_file((entry.path() / "features").c_str()), order)) return kib;
+  }
+  return 0;
+}
+
+}  // namespace
+
 std::string machine_description() {
   std::string cpu_model;
   {
@@ -169,7 +200,12 @@ std::string machine_description() {
                 cpu_model.empty() ? "" : " (", cpu_model.c_str(), cpu_model.empty() ? "" : ")",
                 static_cast<double>(mem_kib) / (1024.0 * 1024.0), u.sysname, u.release, u.machine,
                 thp.c_str());
-  return buf;
+  std::string text = buf;
+  if (const auto kib = machine_page_reporting_kib()) {
+    text += ", free page reporting to the host (blocks of " +
+            (kib >= 1024 ? std::to_string(kib / 1024) + " MiB" : std::to_string(kib) + " KiB") + ")";
+  }
+  return text;
 }
 
 std::string load_average() {

@@ -57,8 +57,23 @@ std::optional<MemSample> read_mem_sample();
 // Parses a "Key:   123 kB" style line from a proc file; nullopt if absent.
 std::optional<std::int64_t> proc_field_kib(std::string_view text, std::string_view key);
 
-// One-line description: "2 CPUs (Intel Xeon ...), 23.5 GiB RAM, Linux 6.18.44 x86_64, THP madvise".
+// One-line description: "2 CPUs (Intel Xeon ...), 23.5 GiB RAM, Linux
+// 6.18.44 x86_64, THP madvise", and where the machine is a guest that
+// reports its free memory to the host (free_page_reporting), ", free page
+// reporting to the host (blocks of 8 MiB)".
 std::string machine_description();
+
+// Free page reporting (virtio-balloon feature bit 5, VIRTIO_BALLOON_F_REPORTING):
+// the guest tells the host which free blocks of 2^order pages it has, and the
+// host drops their backing, so the next touch of such a block faults on the
+// host as well.  A transparent hugepage needs a whole free 2 MiB block, which
+// is most often such a one: on the 2-core VMs of docs/benchmarks.md a hugepage
+// fault then costs 4-5 ms against about 0.3 ms for a block the host still
+// backs.  `features`: the device's sysfs features string ('0'/'1' per bit,
+// bit 0 first); `order`: page_reporting_order's text ("" if unknown).  The
+// size of the reported blocks in KiB (order 9 if unknown), or 0 when the
+// feature is off.
+std::uint64_t page_reporting_kib(std::string_view features, std::string_view order);
 
 // The first three fields of /proc/loadavg ("1.02 0.87 0.60"): system-wide,
 // so it shows other work competing with a benchmark for the CPUs.

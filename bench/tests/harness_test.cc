@@ -340,6 +340,18 @@ TEST(Smaps, ParsesRollup) {
   EXPECT_GT(live->rss_kib, 0);
 }
 
+// The machine line names free page reporting (bit 5 of a virtio-balloon's
+// features) with its block size; other features, or none, say nothing.
+TEST(Machine, FreePageReportingFromTheBalloonsFeatures) {
+  const std::string reporting = "0110010100000000000000000000000010000000";  // a Firecracker guest's
+  EXPECT_EQ(page_reporting_kib(reporting, "11\n"), 8192u);
+  EXPECT_EQ(page_reporting_kib(reporting, ""), 2048u) << "order 9 when the order is unknown";
+  EXPECT_EQ(page_reporting_kib("0110000100000000", "11\n"), 0u) << "stats and deflate-on-OOM only";
+  EXPECT_EQ(page_reporting_kib("01100", "11"), 0u) << "too short for bit 5";
+  EXPECT_EQ(page_reporting_kib("", ""), 0u);
+  EXPECT_EQ(page_reporting_kib("0000010", "x"), 2048u);
+}
+
 TEST(Smaps, UsageDeltaAndDetection) {
   Usage a, b;
   a.user_s = 1;
