@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
@@ -29,14 +30,25 @@ const auto stat = test::lm_stat;
 constexpr size_t kKiB = 1024;
 constexpr uint64_t kSecond = 1000000000;
 
-// Pages of [p, p + len) resident (mincore), len a multiple of the page.
+// Pages of [p, p + len) resident (mincore), len a multiple of the page,
+// from the page that holds p (a large block starts a few cache lines into
+// its first page: large_lead).
 size_t resident_pages(const void* p, size_t len) {
   std::vector<unsigned char> v(len / 4096);
-  if (mincore(const_cast<void*>(p), len, v.data()) != 0) return SIZE_MAX;
+  void* page = reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(p) & ~uintptr_t(4095));
+  if (mincore(page, len, v.data()) != 0) return SIZE_MAX;
   size_t n = 0;
   for (unsigned char b : v) n += b & 1;
   return n;
 }
+
+// Large blocks start a few cache lines into their span where its last unit
+// has room (large_lead): where these tests compare memory, they compare the
+// span's start, and the end of the block (its usable size), which is the
+// span's end.  A size that fills its units exactly starts at the span's
+// start.
+char* base(const void* p) { return detail::g.backend.span_of(p)->start; }
+char* end(void* p) { return static_cast<char*>(p) + lm_usable_size(p); }
 
 // The arenas are advised MADV_HUGEPAGE (the heap of earlier tests reached
 // hugepage_threshold): a cold free then leaves the block resident, as the
@@ -68,7 +80,7 @@ void warm_cache() {
 // stays live in *apart too.
 std::vector<void*> apart_blocks(int n, size_t size, std::vector<void*>* apart) {
   std::vector<void*> v;
-  auto adjoin = [](void* a, void* b) { return static_cast<char*>(a) + lm_usable_size(a) == b; };
+  auto adjoin = [](void* a, void* b) { return end(a) == base(b); };
   while (int(v.size()) < n && apart->size() < 16 * size_t(n) + 64) {
     void* p = lm_malloc(size);
     bool beside = false;
@@ -91,7 +103,7 @@ std::pair<char*, char*> adjoining_blocks(size_t size, std::vector<void*>* live) 
     for (size_t j = 0; p && j < taken.size(); ++j) {
       char* q = taken[j];
       const bool one_slot = reinterpret_cast<uintptr_t>(p) / kSlotSize == reinterpret_cast<uintptr_t>(q) / kSlotSize;
-      if ((p != q + size && q != p + size) || !one_slot) continue;
+      if ((base(p) != end(q) && base(q) != end(p)) || !one_slot) continue;
       taken.erase(taken.begin() + std::ptrdiff_t(j));
       live->insert(live->end(), taken.begin(), taken.end());
       return p < q ? std::pair{p, q} : std::pair{q, p};
@@ -126,14 +138,15 @@ TEST_F(LargeCache, AFreedBlockServesTheNextMallocThatFitsIt) {
   EXPECT_EQ(stat("large_cache_bytes"), 512 * kKiB);
   // 400 KiB: the 512 KiB block fits it within 2x.
   char* q = static_cast<char*>(lm_malloc(400 * kKiB));
-  EXPECT_EQ(q, p);
+  EXPECT_EQ(base(q), p);  // 512 KiB: a block that fills its units starts at its span's start
+  EXPECT_EQ(end(q), p + 512 * kKiB);
   EXPECT_EQ(stat("large_cache_hits"), hits + 1);
   EXPECT_EQ(stat("large_cache_bytes"), 0u);
   EXPECT_GE(lm_usable_size(q), 400 * kKiB);
   // calloc through the cache still gives zeros (the block is dirty).
   lm_free(q);
   char* z = static_cast<char*>(lm_calloc(1, 500 * kKiB));
-  ASSERT_EQ(z, p);
+  ASSERT_EQ(base(z), p);
   for (size_t i = 0; i < 500 * kKiB; i += 4096) ASSERT_EQ(z[i], 0) << i;
   lm_free(z);
   EXPECT_EQ(lm_check_invariants(), nullptr);
@@ -149,15 +162,15 @@ TEST_F(LargeCache, ABlockMoreThanTwiceTheRequestIsCutAndTheRestStaysCached) {
   const uint64_t hits = stat("large_cache_hits"), splits = stat("large_cache_splits");
   const uint64_t frees = stat("large_frees");
   char* small = static_cast<char*>(lm_malloc(300 * kKiB));  // 1 MiB > 2 x 300 KiB
-  EXPECT_EQ(small, big);
-  EXPECT_EQ(lm_usable_size(small), 320 * kKiB);
+  EXPECT_EQ(base(small), big);
+  EXPECT_EQ(end(small), big + 320 * kKiB);
   EXPECT_EQ(stat("large_cache_hits"), hits + 1);
   EXPECT_EQ(stat("large_cache_splits"), splits + 1);
   EXPECT_EQ(stat("large_cache_bytes"), 704 * kKiB);
   EXPECT_EQ(lm_check_invariants(), nullptr);
   char* rest = static_cast<char*>(lm_malloc(600 * kKiB));  // 704 KiB serves it within 2x
-  EXPECT_EQ(rest, big + 320 * kKiB);
-  EXPECT_EQ(lm_usable_size(rest), 704 * kKiB);
+  EXPECT_EQ(base(rest), big + 320 * kKiB);
+  EXPECT_EQ(end(rest), big + 1024 * kKiB);
   EXPECT_EQ(stat("large_cache_hits"), hits + 2);
   EXPECT_EQ(stat("large_cache_bytes"), 0u);
   memset(small, 1, 300 * kKiB);
@@ -171,8 +184,8 @@ TEST_F(LargeCache, ABlockMoreThanTwiceTheRequestIsCutAndTheRestStaysCached) {
   EXPECT_EQ(stat("large_cache_bytes"), 1024 * kKiB);
   EXPECT_EQ(stat("large_frees"), frees + 2);
   char* again = static_cast<char*>(lm_malloc(1000 * kKiB));
-  EXPECT_EQ(again, big);
-  EXPECT_EQ(lm_usable_size(again), 1024 * kKiB);
+  EXPECT_EQ(base(again), big);
+  EXPECT_EQ(end(again), big + 1024 * kKiB);
   lm_free(again);
   EXPECT_EQ(lm_check_invariants(), nullptr);
 }
@@ -225,7 +238,7 @@ TEST_F(LargeCache, ABlockUpToTwiceTheRequestServesIt) {
   lm_free(big);
   const uint64_t hits = stat("large_cache_hits");
   char* p = static_cast<char*>(lm_malloc(520 * kKiB));
-  EXPECT_EQ(p, big);
+  EXPECT_EQ(base(p), big);
   EXPECT_EQ(stat("large_cache_hits"), hits + 1);
   EXPECT_EQ(stat("large_cache_bytes"), 1024 * kKiB);
   lm_free(p);
@@ -309,37 +322,43 @@ TEST_F(LargeCache, HoldsAtMostEightBlocksAndTheOptionsBytes) {
 // bytes it holds live (at least 1 MiB).  The block evicted last goes back
 // with the next miss, in the same backend lock hold as its allocation.
 TEST_F(LargeCache, HoldsAtMostHalfTheThreadsLiveLargeBytes) {
-  std::vector<void*> v;
-  for (int i = 0; i < 4; ++i) v.push_back(lm_malloc(700 * kKiB));  // 704 KiB spans
-  for (void* p : v) lm_free(p);
-  // Nothing live any more: 1 MiB holds one block, the one before waits
-  // (two adjoining 704 KiB blocks would be more than 1 MiB: no join).
-  EXPECT_EQ(stat("large_cache_bytes"), 2 * 704 * kKiB);
-  const uint64_t hits = stat("large_cache_hits");
-  void* miss = lm_malloc(330 * kKiB);  // 704 KiB > 2 x 330 KiB, and 6 units leave 5: a cut
-  ASSERT_NE(miss, nullptr);
-  EXPECT_EQ(stat("large_cache_hits"), hits + 1);
-  EXPECT_EQ(stat("large_cache_bytes"), 2 * 704 * kKiB - 384 * kKiB);
-  lm_free(miss);
-  const uint64_t releases_before = stat("large_frees");
-  miss = lm_malloc(1000 * kKiB);  // larger than any cached block: a miss
-  ASSERT_NE(miss, nullptr);
-  EXPECT_EQ(stat("large_cache_hits"), hits + 1);
-  EXPECT_EQ(stat("large_cache_bytes"), 0u) << "the evicted and the smaller blocks went back with the miss";
-  EXPECT_EQ(stat("large_frees"), releases_before);
-  EXPECT_EQ(lm_check_invariants(), nullptr);
-  lm_free(miss);
-  lm_thread_collect();
-  EXPECT_EQ(stat("large_cache_bytes"), 0u);
-  // With 10 blocks of 704 KiB live (6.9 MiB), 4 freed ones all stay.
-  std::vector<void*> live;
-  for (int i = 0; i < 10; ++i) live.push_back(lm_malloc(700 * kKiB));
-  v.clear();
-  for (int i = 0; i < 4; ++i) v.push_back(lm_malloc(700 * kKiB));
-  for (void* p : v) lm_free(p);
-  EXPECT_EQ(stat("large_cache_bytes"), 4 * 704 * kKiB);
-  for (void* p : live) lm_free(p);
-  EXPECT_EQ(lm_check_invariants(), nullptr);
+  // On a thread of its own: its heap's large-block use starts from none
+  // (a fresh heap, or a pooled one reset when its last thread exited), not
+  // from what earlier tests left in the main thread's.
+  std::thread([] {
+    warm_cache();
+    std::vector<void*> v;
+    for (int i = 0; i < 4; ++i) v.push_back(lm_malloc(700 * kKiB));  // 704 KiB spans
+    for (void* p : v) lm_free(p);
+    // Nothing live any more: 1 MiB holds one block, the one before waits
+    // (two adjoining 704 KiB blocks would be more than 1 MiB: no join).
+    EXPECT_EQ(stat("large_cache_bytes"), 2 * 704 * kKiB);
+    const uint64_t hits = stat("large_cache_hits");
+    void* miss = lm_malloc(330 * kKiB);  // 704 KiB > 2 x 330 KiB, and 6 units leave 5: a cut
+    ASSERT_NE(miss, nullptr);
+    EXPECT_EQ(stat("large_cache_hits"), hits + 1);
+    EXPECT_EQ(stat("large_cache_bytes"), 2 * 704 * kKiB - 384 * kKiB);
+    lm_free(miss);
+    const uint64_t releases_before = stat("large_frees");
+    miss = lm_malloc(1000 * kKiB);  // larger than any cached block: a miss
+    ASSERT_NE(miss, nullptr);
+    EXPECT_EQ(stat("large_cache_hits"), hits + 1);
+    EXPECT_EQ(stat("large_cache_bytes"), 0u) << "the evicted and the smaller blocks went back with the miss";
+    EXPECT_EQ(stat("large_frees"), releases_before);
+    EXPECT_EQ(lm_check_invariants(), nullptr);
+    lm_free(miss);
+    lm_thread_collect();
+    EXPECT_EQ(stat("large_cache_bytes"), 0u);
+    // With 10 blocks of 704 KiB live (6.9 MiB), 4 freed ones all stay.
+    std::vector<void*> live;
+    for (int i = 0; i < 10; ++i) live.push_back(lm_malloc(700 * kKiB));
+    v.clear();
+    for (int i = 0; i < 4; ++i) v.push_back(lm_malloc(700 * kKiB));
+    for (void* p : v) lm_free(p);
+    EXPECT_EQ(stat("large_cache_bytes"), 4 * 704 * kKiB);
+    for (void* p : live) lm_free(p);
+    EXPECT_EQ(lm_check_invariants(), nullptr);
+  }).join();
 }
 
 // A malloc takes the smallest cached block that fits it within 2x, not the
@@ -358,9 +377,10 @@ TEST_F(LargeCache, TheSmallestBlockThatFitsServesAMalloc) {
   ASSERT_EQ(stat("large_cache_bytes"), (640 + 1024 + 832) * kKiB);
   const uint64_t hits = stat("large_cache_hits");
   char* p = static_cast<char*>(lm_malloc(520 * kKiB));  // all three fit within 2x
+  // (A block reused from the same memory starts where it did: large_lead.)
   EXPECT_EQ(p, mid) << "the smallest block that fits, not the most recent (832 KiB)";
   char* q = static_cast<char*>(lm_malloc(900 * kKiB));
-  EXPECT_EQ(q, big);
+  EXPECT_EQ(base(q), big);
   char* r = static_cast<char*>(lm_malloc(700 * kKiB));
   EXPECT_EQ(r, top);
   EXPECT_EQ(stat("large_cache_hits"), hits + 3);
@@ -583,8 +603,8 @@ TEST_F(LargeCache, ASecondFreeOfAJoinedBlockAborts) {
   lm_free(big);
   char* a = static_cast<char*>(lm_malloc(300 * kKiB));  // cut from big
   char* b = static_cast<char*>(lm_malloc(300 * kKiB));  // cut from the rest
-  ASSERT_EQ(a, big);
-  ASSERT_EQ(b, big + 320 * kKiB);
+  ASSERT_EQ(base(a), big);
+  ASSERT_EQ(base(b), big + 320 * kKiB);
   lm_free(a);
   lm_free(b);  // joins a
   EXPECT_DEATH(lm_free(b), "lazymalloc: free\\(\\): invalid pointer 0x[0-9a-f]+: double free");
@@ -633,6 +653,10 @@ TEST_F(LargeCache, AQuietOrExitedThreadsBlocksGoBack) {
 // operation, no process-wide counter, no span record from the pool (the
 // join's record is kept for the next cut).
 TEST_F(LargeCache, ACutAndAJoinWriteNoProcessWideState) {
+  // Nothing that earlier tests freed is left due for a decay purge, which
+  // a free may run inline (background off) and which would write the
+  // counters below.
+  lm_purge(true);
   std::vector<void*> live;
   for (int i = 0; i < 4; ++i) live.push_back(lm_malloc(1024 * kKiB));
   char* big = static_cast<char*>(lm_malloc(1024 * kKiB));
@@ -650,7 +674,7 @@ TEST_F(LargeCache, ACutAndAJoinWriteNoProcessWideState) {
     Span* spare = detail::tl_heap->large_spare;
     ASSERT_NE(spare, nullptr) << i;
     char* p = static_cast<char*>(lm_malloc(260 * kKiB + size_t(i % 60) * kKiB));  // 5 units
-    ASSERT_EQ(p, big) << i;
+    ASSERT_EQ(base(p), big) << i;
     EXPECT_EQ(detail::g.backend.span_of(big + 320 * kKiB), spare) << "the rest's record";
     EXPECT_EQ(detail::tl_heap->large_spare, nullptr);
     p[0] = char(i);
@@ -683,8 +707,8 @@ TEST_F(LargeCache, CutAndJoinedBlocksGoBackWhenTheThreadExitsOrIsQuiet) {
       lm_free(big);
       char* a = static_cast<char*>(lm_malloc(300 * kKiB));  // a cut
       char* b = static_cast<char*>(lm_malloc(300 * kKiB));  // another
-      EXPECT_EQ(a, big);
-      EXPECT_EQ(b, big + 320 * kKiB);
+      EXPECT_EQ(base(a), big);
+      EXPECT_EQ(base(b), big + 320 * kKiB);
       lm_free(a);
       lm_free(b);  // joins both
       EXPECT_EQ(stat("large_cache_bytes"), 1024 * kKiB);
@@ -765,6 +789,95 @@ TEST(LargeCacheStress, ManyThreadsChurnLargeBlocks) {
   EXPECT_EQ(stat("large_blocks"), blocks);
   EXPECT_EQ(stat("large_cache_bytes"), 0u);
   EXPECT_EQ(stat("active_bytes"), active);
+  EXPECT_EQ(lm_check_invariants(), nullptr);
+}
+
+// Large blocks start at a cache line of their first page that follows from
+// their span's address (large_lead), within the room the unit rounding
+// leaves: blocks at different addresses start at different lines, so the
+// same offset of their pages does not fall into the same cache sets.  A
+// size that fills its units exactly, and an alignment above a line, start
+// at the span's start; the usable size runs to the span's end.
+TEST_F(LargeCache, LargeBlocksStartAtDifferentCacheLinesOfTheirFirstPage) {
+  std::vector<void*> v;
+  uint64_t lines = 0;  // bit i: some block started at line i of its page
+  for (int i = 0; i < 16; ++i) {
+    char* p = static_cast<char*>(lm_malloc(300 * kKiB));  // 320 KiB of units: room for any line
+    ASSERT_NE(p, nullptr);
+    const size_t lead = size_t(p - base(p));
+    EXPECT_LT(lead, 4096u);
+    EXPECT_EQ(lead % 64, 0u);
+    EXPECT_EQ(end(p), base(p) + 320 * kKiB);
+    lines |= uint64_t(1) << (lead / 64);
+    memset(p, i, 300 * kKiB);
+    v.push_back(p);
+  }
+  EXPECT_GE(__builtin_popcountll(lines), 8) << "16 blocks on at least 8 different lines";
+  char* exact = static_cast<char*>(lm_malloc(512 * kKiB));
+  EXPECT_EQ(exact, base(exact)) << "no room";
+  void* aligned = lm_aligned(300 * kKiB, 4096);
+  ASSERT_NE(aligned, nullptr);
+  EXPECT_EQ(aligned, base(aligned));
+  void* line = lm_aligned(300 * kKiB, 64);
+  ASSERT_NE(line, nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(line) % 64, 0u);
+  EXPECT_DEATH(lm_free(static_cast<char*>(v[0]) + 64), "points inside a block");
+  for (int i = 0; i < 16; ++i) EXPECT_EQ(static_cast<unsigned char*>(v[size_t(i)])[300 * kKiB - 1], i);
+  for (void* p : v) lm_free(p);
+  lm_free(exact);
+  lm_free(aligned);
+  lm_free(line);
+  EXPECT_EQ(lm_check_invariants(), nullptr);
+}
+
+// realloc of a large block that starts past its span's start: in place it
+// keeps its lead (the span grows by the request and the lead), and a block
+// promoted to a huge one in place is copied, not moved with mremap, when it
+// grows further (the new block starts at its slot, the old one past it).
+TEST_F(LargeCache, ReallocKeepsALargeBlocksLeadAndCopiesItsPromotedBlock) {
+  // A block alone in a slot, from its first unit, led, and with the next
+  // slot in use, so that it cannot grow into it in place: of 24 blocks of 1
+  // MiB of units (two a slot), one at a slot's start whose next slot is
+  // used, its slot mate freed and given back to the backend.
+  std::vector<void*> live;
+  auto block_at = [&](const char* start) {  // the live block whose span starts there
+    return std::find_if(live.begin(), live.end(), [&](void* b) { return base(b) == start; });
+  };
+  char* p = nullptr;
+  for (int round = 0; round < 4 && !p; ++round) {  // earlier tests leave holes: more blocks until one fits
+    for (int i = 0; i < 24; ++i) live.push_back(lm_malloc(1000 * kKiB));
+    for (void* b : live) {
+      const Span* s = detail::g.backend.span_of(b);
+      if (!p && s->first_unit == 0 && b != s->start && detail::g.backend.span_of(s->start + 2048 * kKiB) &&
+          block_at(s->start + 1024 * kKiB) != live.end()) {
+        p = static_cast<char*>(b);
+      }
+    }
+  }
+  ASSERT_NE(p, nullptr) << "no led block at a slot's start before a used slot";
+  const Span* ps = detail::g.backend.span_of(p);
+  live.erase(std::find(live.begin(), live.end(), p));
+  const auto mate = block_at(ps->start + 1024 * kKiB);
+  lm_free(*mate);
+  live.erase(mate);
+  lm_thread_collect();  // the mate's units back to the backend
+  ASSERT_EQ(ps->slot->used, bit_range(0, ps->nunits)) << "alone in its slot";
+  for (size_t i = 0; i < 1000 * kKiB; i += 4096) p[i] = char(i / 4096);
+  const uint64_t promotions = stat("promotions"), moves = stat("mremap_moves");
+  char* q = static_cast<char*>(lm_realloc(p, 1020 * kKiB));  // within its units
+  EXPECT_EQ(q, p);
+  EXPECT_GE(lm_usable_size(q), 1020 * kKiB);
+  q = static_cast<char*>(lm_realloc(q, 1536 * kKiB));  // promoted in place: the slot's huge block
+  ASSERT_EQ(q, p);
+  EXPECT_EQ(stat("promotions"), promotions + 1);
+  EXPECT_EQ(end(q), base(q) + 2048 * kKiB);
+  char* r = static_cast<char*>(lm_realloc(q, 8192 * kKiB));  // a new huge block: copied
+  ASSERT_NE(r, nullptr);
+  EXPECT_NE(r, q);
+  EXPECT_EQ(stat("mremap_moves"), moves);
+  for (size_t i = 0; i < 1000 * kKiB; i += 4096) ASSERT_EQ(r[i], char(i / 4096)) << i;
+  lm_free(r);
+  for (void* b : live) lm_free(b);
   EXPECT_EQ(lm_check_invariants(), nullptr);
 }
 
