@@ -294,7 +294,10 @@ bool large_release_cold(Span* s) {
 // memory (the large cache's LIFO) starts where it did, on the lines it
 // left warm; it is at most 63 lines, within the slack of the span's last
 // unit (a size that fills its units exactly starts at 0), and only for
-// blocks with the default alignment.  Huge blocks start at their slot.
+// blocks with the default alignment.  A block that realloc moves (`growing`)
+// starts at its span: it is likely to grow on, into a huge block that the
+// next move hands to mremap, which moves pages, not a lead (move_huge).
+// Huge blocks start at their slot.
 constexpr size_t kCacheLine = 64;
 size_t large_lead(const Span* s, size_t size, size_t align) {
   if (align > kCacheLine) return 0;
@@ -351,7 +354,7 @@ void* alloc_large(size_t size, size_t align, bool* zero, bool growing) {
     large_count(tl_heap, Folded::large_allocs, 1);
     large_count(tl_heap, Folded::large_blocks, 1);
     large_live_add(tl_heap, s->bytes);
-    if (!g_secure) s->lead = large_lead(s, size, align);
+    if (!g_secure && !growing) s->lead = large_lead(s, size, align);
   }
   if (zero) *zero = s->zero;
   if (g_secure) {

@@ -834,6 +834,7 @@ TEST_F(LargeCache, LargeBlocksStartAtDifferentCacheLinesOfTheirFirstPage) {
 // keeps its lead (the span grows by the request and the lead), and a block
 // promoted to a huge one in place is copied, not moved with mremap, when it
 // grows further (the new block starts at its slot, the old one past it).
+// A block that realloc moves starts at its span.
 TEST_F(LargeCache, ReallocKeepsALargeBlocksLeadAndCopiesItsPromotedBlock) {
   // A block alone in a slot, from its first unit, led, and with the next
   // slot in use, so that it cannot grow into it in place: of 24 blocks of 1
@@ -877,6 +878,13 @@ TEST_F(LargeCache, ReallocKeepsALargeBlocksLeadAndCopiesItsPromotedBlock) {
   EXPECT_EQ(stat("mremap_moves"), moves);
   for (size_t i = 0; i < 1000 * kKiB; i += 4096) ASSERT_EQ(r[i], char(i / 4096)) << i;
   lm_free(r);
+  // A block that realloc moves into a new large one starts at its span,
+  // so that growing on into a huge block it can be moved with mremap.
+  char* small = static_cast<char*>(lm_malloc(200 * kKiB));
+  char* grown = static_cast<char*>(lm_realloc(small, 300 * kKiB));
+  ASSERT_NE(grown, nullptr);
+  EXPECT_EQ(grown, base(grown));
+  lm_free(grown);
   for (void* b : live) lm_free(b);
   EXPECT_EQ(lm_check_invariants(), nullptr);
 }
