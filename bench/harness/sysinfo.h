@@ -59,8 +59,8 @@ std::optional<std::int64_t> proc_field_kib(std::string_view text, std::string_vi
 
 // One-line description: "2 CPUs (Intel Xeon ...), 23.5 GiB RAM, Linux
 // 6.18.44 x86_64, THP madvise", and where the machine is a guest that
-// reports its free memory to the host (free_page_reporting), ", free page
-// reporting to the host (blocks of 8 MiB)".
+// reports its free memory to the host (page_reporting_kib), ", free page
+// reporting to the host (blocks of 2 MiB)".
 std::string machine_description();
 
 // Free page reporting (virtio-balloon feature bit 5, VIRTIO_BALLOON_F_REPORTING):

@@ -108,7 +108,9 @@ enum class OptKind : uint8_t { kBool, kInt, kSize, kMillis, kEnum };
     "hugepages where the system allows (THP `madvise` or `always`), once the heap is big "  \
     "enough (hugepage_threshold) and dense; withdrawn (`MADV_NOHUGEPAGE`) when purges leave "  \
     "its slots less than a quarter full, so that khugepaged does not fill the purged holes "  \
-    "back in; a huge block's slots are advised at once")                                     \
+    "back in; a huge block's slots are advised at once.  On a VM that reports free memory "  \
+    "to its host (virtio-balloon free page reporting) each hugepage fault also faults 2 MiB "  \
+    "in on the host (3-5 ms): a program that grows fast there may prefer 0")                 \
   X(hugepage_threshold, kSize, 16 << 20, 0, int64_t(1) << 50, nullptr,                     \
     "active bytes from which arenas are advised MADV_HUGEPAGE (with their unit slots at "  \
     "least half full): below it a program keeps 4 KiB pages (a hugepage faults in 2 MiB "  \
