@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
@@ -864,6 +865,14 @@ TEST_F(LargeCache, ReallocKeepsALargeBlocksLeadAndCopiesItsPromotedBlock) {
   lm_thread_collect();  // the mate's units back to the backend
   ASSERT_EQ(ps->slot->used, bit_range(0, ps->nunits)) << "alone in its slot";
   for (size_t i = 0; i < 1000 * kKiB; i += 4096) p[i] = char(i / 4096);
+  // A request past the largest one fails, the block untouched (size + lead
+  // must not wrap around to a small size: a shrink).
+  const size_t usable = lm_usable_size(p);
+  errno = 0;
+  EXPECT_EQ(lm_realloc(p, SIZE_MAX), nullptr);
+  EXPECT_EQ(errno, ENOMEM);
+  EXPECT_EQ(lm_realloc(p, SIZE_MAX - 63), nullptr);
+  EXPECT_EQ(lm_usable_size(p), usable);
   const uint64_t promotions = stat("promotions"), moves = stat("mremap_moves");
   char* q = static_cast<char*>(lm_realloc(p, 1020 * kKiB));  // within its units
   EXPECT_EQ(q, p);
