@@ -439,9 +439,10 @@ bool move_huge(Span* s, void* q) {
 // neighbours allow (large ones stay large, huge ones stay huge, except a
 // large block alone in its slot, which Backend::resize promotes).  false:
 // not such a block (small or guarded), a small new size, or no room.
+// `size` is at most kMaxRequest (lm_realloc checks it first), so that
+// size + lead cannot wrap around.
 bool large_resize(Span* s, size_t size) {
-  // (Past kMaxRequest, size + lead could wrap around to a small size.)
-  if (s->kind == SpanKind::kSmall || size <= kMaxSmall || size > kMaxRequest || s->guard) return false;
+  if (s->kind == SpanKind::kSmall || size <= kMaxSmall || s->guard) return false;
   SpanKind before = s->kind;
   size_t bytes = s->bytes;
   if (!g.backend.resize(s, size + s->lead)) return false;

@@ -161,13 +161,13 @@ void* lm_realloc(void* p, size_t size) {
   }
   size_t old = usable_of(s, p);
   if (size <= old && (size >= old / 2 || (s->kind == SpanKind::kSmall && old <= 64))) return p;
-  // Large and huge blocks grow and shrink in place where their neighbours
-  // allow (large ones stay large, huge ones stay huge).
-  if (large_resize(s, size)) return p;
   if (size > kMaxRequest) {
     pal::set_errno(ENOMEM);
     return nullptr;
   }
+  // Large and huge blocks grow and shrink in place where their neighbours
+  // allow (large ones stay large, huge ones stay huge).
+  if (large_resize(s, size)) return p;
   void* q = size > kMaxSmall ? alloc_large(size, 0, nullptr, true) : lm_malloc(size);
   if (!q) return nullptr;
   if (s->kind == SpanKind::kHuge && size > old && move_huge(s, q)) return q;
