@@ -50,6 +50,8 @@ size_t resident_pages(const void* p, size_t len) {
 // start.
 char* base(const void* p) { return detail::g.backend.span_of(p)->start; }
 char* end(void* p) { return static_cast<char*>(p) + lm_usable_size(p); }
+// Whether blocks a and b adjoin, either above the other.
+bool adjoin(void* a, void* b) { return end(a) == base(b) || end(b) == base(a); }
 
 // The arenas are advised MADV_HUGEPAGE (the heap of earlier tests reached
 // hugepage_threshold): a cold free then leaves the block resident, as the
@@ -81,11 +83,10 @@ void warm_cache() {
 // stays live in *apart too.
 std::vector<void*> apart_blocks(int n, size_t size, std::vector<void*>* apart) {
   std::vector<void*> v;
-  auto adjoin = [](void* a, void* b) { return end(a) == base(b); };
   while (int(v.size()) < n && apart->size() < 16 * size_t(n) + 64) {
     void* p = lm_malloc(size);
     bool beside = false;
-    for (void* q : v) beside |= adjoin(p, q) || adjoin(q, p);
+    for (void* q : v) beside |= adjoin(p, q);
     (beside ? apart : &v)->push_back(p);
     apart->push_back(lm_malloc(256 * kKiB + 1));
   }
@@ -104,7 +105,7 @@ std::pair<char*, char*> adjoining_blocks(size_t size, std::vector<void*>* live) 
     for (size_t j = 0; p && j < taken.size(); ++j) {
       char* q = taken[j];
       const bool one_slot = reinterpret_cast<uintptr_t>(p) / kSlotSize == reinterpret_cast<uintptr_t>(q) / kSlotSize;
-      if ((base(p) != end(q) && base(q) != end(p)) || !one_slot) continue;
+      if (!adjoin(p, q) || !one_slot) continue;
       taken.erase(taken.begin() + std::ptrdiff_t(j));
       live->insert(live->end(), taken.begin(), taken.end());
       return p < q ? std::pair{p, q} : std::pair{q, p};
