@@ -91,12 +91,25 @@ void Backend::account_take(SlotMeta* m, uint32_t mask) {
 // after the first that fits: the partial list of a big heap is long, and
 // this is under the backend lock.
 // Sparse spans and the rest never share a slot (`sparse`).
-bool Backend::choose_units(unsigned n, bool straddle, bool sparse, SlotMeta** slot, unsigned* idx,
-                           UnitFit* fit) const {
-  UnitFit best;
-  SlotMeta* best_slot = nullptr;
-  unsigned scanned = 0;
-  for (SlotMeta* p = partial_; p; p = p->part_next) {
+//
+// Whose slots (issue #16, ninth round): the partial slots are listed per
+// owner (SlotMeta::owner; 0 shared).  A large block (`claims`) looks at its
+// owner's slots, and at the shared ones only when none of those fits; a
+// fresh slot it opens becomes its owner's.  So a thread that churns large
+// blocks reuses the units it freed itself, whose lines are in its own
+// core's caches: with one list, a miss of one thread's large cache took
+// units the other thread had just written, and the two threads of
+// `large-churn-2t` ran at 1.3x one thread's rate where two processes ran
+// at 2x (every store of the touch loop an ownership transfer between the
+// cores; docs/benchmarks.md, "Issue #16, ninth round").  A small span looks
+// at the shared slots and its heap's, best fit over both, and a slot it
+// opens stays shared: a heap's first spans share slots with every other
+// heap's, as before, rather than touch a slot (a 2 MiB page under the
+// hugepage advice) per thread.  Another owner's slots are the last resort
+// before a new arena (choose_any_owner).
+bool Backend::best_in_list(const SlotMeta* head, unsigned n, bool straddle, bool sparse, unsigned* scanned,
+                           UnitFit* best, SlotMeta** best_slot) const {
+  for (SlotMeta* p = const_cast<SlotMeta*>(head); p && *scanned < kFitScan; p = p->part_next) {
     if (p->sparse != sparse) continue;
     UnitFit f = fit_units(p->used, p->retained | p->lazy, n);
     if (straddle) {
@@ -104,13 +117,25 @@ bool Backend::choose_units(unsigned n, bool straddle, bool sparse, SlotMeta** sl
       if (across.found() && (!f.found() || across.better_than(f))) f = across;
     }
     if (!f.found()) continue;
-    if (!best_slot || f.better_than(best)) {
-      best = f;
-      best_slot = p;
-      if (f.perfect()) break;
+    if (!*best_slot || f.better_than(*best)) {
+      *best = f;
+      *best_slot = p;
+      if (f.perfect()) return true;
     }
-    if (++scanned >= kFitScan) break;
+    ++*scanned;
   }
+  return false;
+}
+
+bool Backend::choose_units(unsigned n, bool straddle, bool sparse, unsigned owner, bool claims, SlotMeta** slot,
+                           unsigned* idx, UnitFit* fit) const {
+  UnitFit best;
+  SlotMeta* best_slot = nullptr;
+  unsigned scanned = 0;
+  const unsigned first = claims ? owner : 0;
+  if (!best_in_list(partial_[first], n, straddle, sparse, &scanned, &best, &best_slot) && owner != 0 &&
+      !(claims && best_slot))
+    best_in_list(partial_[claims ? 0 : owner], n, straddle, sparse, &scanned, &best, &best_slot);
   if (!best_slot) return false;
   *slot = best_slot;
   *idx = best.index;
@@ -135,22 +160,40 @@ bool Backend::choose_units(unsigned n, bool straddle, bool sparse, SlotMeta** sl
 // a look that finds none that pays (a heap that churns large blocks would
 // otherwise walk up to 2 x kFitScan slots under the lock at every run that
 // touches CLEAN units: large-churn-2t, 24 instructions more per operation).
-bool Backend::choose_free_resident(unsigned n, unsigned fresh, SlotMeta** slot, unsigned* idx) const {
+bool Backend::choose_any_owner(unsigned n, bool sparse, SlotMeta** slot, unsigned* idx) const {
   UnitFit best;
-  best.fresh = fresh;
+  SlotMeta* best_slot = nullptr;
+  unsigned scanned = 0;
+  for (unsigned k = 0; k <= kOwners; ++k) {
+    if (best_in_list(partial_[k], n, false, sparse, &scanned, &best, &best_slot)) break;
+  }
+  if (!best_slot) return false;
+  *slot = best_slot;
+  *idx = best.index;
+  return true;
+}
+
+bool Backend::choose_free_resident(unsigned n, unsigned fresh, unsigned owner, SlotMeta** slot,
+                                   unsigned* idx) const {
+  UnitFit best;
+  bool best_foreign = true;
   SlotMeta* best_slot = nullptr;
   auto look = [&](SlotMeta* m) {
     if (m->kind != SlotKind::kFree) return;
     UnitFit f = fit_units(0, m->retained | m->lazy, n);
-    if (f.found() && f.fresh < best.fresh) {
+    if (!f.found() || f.fresh >= fresh) return;
+    bool foreign = m->freed_by != owner;
+    if (!best_slot || foreign < best_foreign || (foreign == best_foreign && f.fresh < best.fresh)) {
       best = f;
+      best_foreign = foreign;
       best_slot = m;
     }
   };
+  auto done = [&] { return best_slot && !best_foreign && best.fresh == 0; };
   unsigned scanned = 0;
-  for (SlotMeta* m = dirty_tail_; m && scanned < kFitScan && best.fresh > 0; m = m->dirty_prev, ++scanned) look(m);
+  for (SlotMeta* m = dirty_tail_; m && scanned < kFitScan && !done(); m = m->dirty_prev, ++scanned) look(m);
   scanned = 0;
-  for (SlotMeta* m = lazy_tail_; m && scanned < kFitScan && best.fresh > 0; m = m->lazy_prev, ++scanned) look(m);
+  for (SlotMeta* m = lazy_tail_; m && scanned < kFitScan && !done(); m = m->lazy_prev, ++scanned) look(m);
   if (!best_slot) return false;
   *slot = best_slot;
   *idx = best.index;
@@ -170,7 +213,7 @@ UnitFit Backend::straddle_fit(const SlotMeta* p, unsigned n) const {
   UnitFit f;
   if (p->used == 0 || n < 2) return f;
   SlotMeta* q = neighbor(const_cast<SlotMeta*>(p), 1);
-  if (!q || q->kind != SlotKind::kUnits || q->used == 0 || q->sparse) return f;
+  if (!q || q->kind != SlotKind::kUnits || q->used == 0 || q->sparse || q->owner != p->owner) return f;
   unsigned top = unsigned(__builtin_clz(p->used));
   unsigned bottom = ctz32(q->used);
   if (top == 0 || bottom == 0 || top + bottom < n) return f;
@@ -245,14 +288,15 @@ void Backend::advise_slot_dense(SlotMeta* m) {
   m->nohuge = false;
 }
 
-Span* Backend::alloc_units(unsigned n, bool fresh_slot, bool may_grow, bool straddle, bool sparse) {
+Span* Backend::alloc_units(unsigned n, bool fresh_slot, bool may_grow, bool straddle, bool sparse, unsigned owner,
+                           bool claims) {
   SlotMeta* m = nullptr;
   unsigned idx = 0;
   UnitFit fit;
-  bool placed = !fresh_slot && choose_units(n, straddle, sparse, &m, &idx, &fit);
+  bool placed = !fresh_slot && choose_units(n, straddle, sparse, owner, claims, &m, &idx, &fit);
   SlotMeta* slot = nullptr;  // a free slot the run opens as a unit slot
   if (!fresh_slot && !sparse && (!placed || fit.fresh > 0) && free_resident_hint_) {
-    if (choose_free_resident(n, placed ? fit.fresh : fit_units(0, 0, n).fresh, &slot, &idx)) {
+    if (choose_free_resident(n, placed ? fit.fresh : fit_units(0, 0, n).fresh, claims ? owner : 0, &slot, &idx)) {
       carve_run(run_head(slot), slot, 1);
       placed = true;
     } else {
@@ -261,16 +305,22 @@ Span* Backend::alloc_units(unsigned n, bool fresh_slot, bool may_grow, bool stra
   }
   if (!placed) {
     slot = sparse ? take_top_slot() : take_free_run(1);
-    if (!slot) {
+    if (!slot && !fresh_slot && choose_any_owner(n, sparse, &m, &idx)) {
+      stats_->add(Stat::foreign_slot_runs, 1);
+      placed = true;
+    } else if (!slot) {
       if (!may_grow || !add_arena(1, kSlotSize)) return nullptr;
       slot = sparse ? take_top_slot() : take_free_run(1);
       if (!slot) return nullptr;
     }
-    if (!sparse) carve_run(slot, slot, 1);
-    idx = 0;
+    if (slot) {
+      if (!sparse) carve_run(slot, slot, 1);
+      idx = 0;
+    }
   }
   if (slot) {
     take_unit_slot(slot);
+    slot->owner = uint8_t(claims ? owner : 0);
     slot->sparse = sparse;
     if (sparse) advise_slot_sparse(slot); else advise_slot_dense(slot);
     m = slot;
@@ -350,7 +400,7 @@ Span* Backend::alloc_slots(size_t nslots, size_t align, bool may_grow) {
   return s;
 }
 
-Span* Backend::alloc(size_t bytes, size_t align, bool growing, bool may_grow, Span* give_back) {
+Span* Backend::alloc(size_t bytes, size_t align, bool growing, bool may_grow, Span* give_back, unsigned owner) {
   if (bytes == 0) bytes = 1;
   uint64_t now = platform_->now_ns(platform_->ctx);
   LockGuard g(lock_);
@@ -366,17 +416,19 @@ Span* Backend::alloc(size_t bytes, size_t align, bool growing, bool may_grow, Sp
   bool units = bytes <= kMaxLarge && align <= kUnitSize;
   size_t taken = units ? align_up(bytes, kUnitSize) : align_up(bytes, kSlotSize);
   if (!admit(taken, !units)) return nullptr;
-  if (units) return alloc_units(unsigned(taken >> kUnitShift), growing, may_grow, true);
+  if (owner > kOwners) owner = 0;
+  if (units) return alloc_units(unsigned(taken >> kUnitShift), growing, may_grow, true, false, owner, true);
   return alloc_slots(taken >> kSlotShift, align, may_grow);
 }
 
-Span* Backend::alloc_units_span(unsigned units, bool sparse) {
+Span* Backend::alloc_units_span(unsigned units, bool sparse, unsigned owner) {
   uint64_t now = platform_->now_ns(platform_->ctx);
   LockGuard g(lock_);
   PublishOnExit publish{this};
   note_activity(now);
   if (units == 0 || units > kUnitsPerSlot || !admit(size_t(units) * kUnitSize, false)) return nullptr;
-  return alloc_units(units, false, true, false, sparse);
+  if (owner > kOwners) owner = 0;
+  return alloc_units(units, false, true, false, sparse, owner, false);
 }
 
 void Backend::note_activity(uint64_t now) {
@@ -677,6 +729,7 @@ bool Backend::resize(Span* s, size_t bytes) {
     if (rest) account_take(m, rest);
     partial_remove(m);
     m->used = 0;
+    m->owner = 0;
     --unit_slots_;
     m->kind = SlotKind::kHuge;
     for (unsigned u = 0; u < kUnitsPerSlot; ++u) m->unit_span[u] = s;

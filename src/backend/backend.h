@@ -65,6 +65,11 @@ struct SlotMeta {
   bool lazy_purged;    // its last purge was the lazy stage (hysteresis against lazy_decay_ms)
   bool sparse;         // kUnits: a slot of sparse spans only (alloc_units_span with `sparse`)
   bool nohuge;         // advised MADV_NOHUGEPAGE on its own (a sparse slot, or a withdrawal)
+  // kUnits: the owner whose large blocks the slot was opened for (1..kOwners,
+  // Backend::alloc's `owner`), or 0: shared (small spans, early use).  Which
+  // partial list the slot is on; 0 whenever the slot is not kUnits.
+  uint8_t owner;
+  uint8_t freed_by;    // kFree: the owner it had when it last went back whole (choose_free_resident)
   SlotMeta* free_next; // free-run bin (first slot of a run)
   SlotMeta* free_prev;
   SlotMeta* part_next; // slots of kind kUnits with free units
@@ -226,14 +231,21 @@ class Backend {
   // and ended by nullptr, to release first, in the same lock hold, as
   // release() would (RETAINED); the new run may take their units.  They are
   // released whatever the outcome.
-  Span* alloc(size_t bytes, size_t align, bool growing = false, bool may_grow = true, Span* give_back = nullptr);
+  // `owner` (0..kOwners): whose large block it is (the frontend's heap
+  // shard, Heap::owner); a large block goes into its owner's slots first
+  // (backend.cc, choose_units), so that a thread reuses the units it freed
+  // itself, still in its core's caches.  0: shared slots only.
+  Span* alloc(size_t bytes, size_t align, bool growing = false, bool may_grow = true, Span* give_back = nullptr,
+              unsigned owner = 0);
   // A run of `units` (1..32) units inside one slot, 64 KiB-aligned, for a
   // small-object span (the frontend sets its kind and geometry).  `sparse`:
   // a span whose pages the program touches sparsely (the frontend's
   // verdict, spans.cc): it goes into a slot of sparse spans only, taken
   // from the top of the largest free run and advised MADV_NOHUGEPAGE, so
   // that a few touched pages do not make a whole 2 MiB page resident.
-  Span* alloc_units_span(unsigned units, bool sparse = false);
+  // `owner`: the heap's shard; the span also fits into that owner's slots,
+  // but a fresh slot it opens is shared.
+  Span* alloc_units_span(unsigned units, bool sparse = false, unsigned owner = 0);
   // Time of the last allocation or release through the backend.
   uint64_t last_activity_ns() const { return __atomic_load_n(&last_activity_ns_, __ATOMIC_RELAXED); }
   // Hard limit on active bytes (0 = none): alloc() fails beyond it.
@@ -396,7 +408,11 @@ class Backend {
   void release_slots(SlotMeta* first, size_t nslots, uint64_t now, bool clean);
   void release_huge_stats(const Span* s);
   // `straddle`: the run may continue into the next slot (large blocks).
-  Span* alloc_units(unsigned n, bool fresh_slot, bool may_grow, bool straddle, bool sparse = false);
+  // `owner` (0..kOwners) and `claims`: whose slots the run looks at first
+  // and whether a slot it opens becomes that owner's (large blocks) or
+  // stays shared (small spans); see choose_units.
+  Span* alloc_units(unsigned n, bool fresh_slot, bool may_grow, bool straddle, bool sparse, unsigned owner,
+                    bool claims);
   SlotMeta* take_top_slot();             // the last slot of the largest free run, carved
   void advise_slot_sparse(SlotMeta* m);  // MADV_NOHUGEPAGE once (hugepages on)
   void advise_slot_dense(SlotMeta* m);   // back to the arenas' advice
@@ -404,10 +420,17 @@ class Backend {
   // The partial slot and first unit for a run of `n` units (see
   // backend.cc; with `straddle` the run may end in the next slot); false
   // when no partial slot has room.
-  bool choose_units(unsigned n, bool straddle, bool sparse, SlotMeta** slot, unsigned* idx, UnitFit* fit) const;
+  bool choose_units(unsigned n, bool straddle, bool sparse, unsigned owner, bool claims, SlotMeta** slot,
+                    unsigned* idx, UnitFit* fit) const;
+  // The best window in one partial list (`scanned`: fitting slots seen, at
+  // most kFitScan over the calls of one choice).
+  bool best_in_list(const SlotMeta* head, unsigned n, bool straddle, bool sparse, unsigned* scanned, UnitFit* best,
+                    SlotMeta** best_slot) const;
+  // Any owner's partial slot, before a new arena is reserved.
+  bool choose_any_owner(unsigned n, bool sparse, SlotMeta** slot, unsigned* idx) const;
   // A free slot (kFree, in a free run) where a run of `n` units touches
   // fewer than `fresh` CLEAN units, and where in it (see backend.cc).
-  bool choose_free_resident(unsigned n, unsigned fresh, SlotMeta** slot, unsigned* idx) const;
+  bool choose_free_resident(unsigned n, unsigned fresh, unsigned owner, SlotMeta** slot, unsigned* idx) const;
   UnitFit straddle_fit(const SlotMeta* p, unsigned n) const;
   unsigned unit_parts(const Span* s, SlotMeta* slots[2], uint32_t masks[2]) const;
   void take_unit_slot(SlotMeta* head);
@@ -482,7 +505,8 @@ class Backend {
   Arena* arenas_ = nullptr;
   SlotMeta* bins_[kBins] = {};
   uint64_t bin_mask_ = 0;
-  SlotMeta* partial_ = nullptr;
+  // Slots of kind kUnits with free units, one list per owner (0: shared).
+  SlotMeta* partial_[kOwners + 1] = {};
   SlotMeta* dirty_head_ = nullptr;
   SlotMeta* dirty_tail_ = nullptr;
   SlotMeta* lazy_head_ = nullptr;

@@ -25,10 +25,13 @@ const char* Backend::check_invariants() {
     if (++lazy > (size_t(1) << 30)) return "cycle in the lazy list";
   }
   size_t partial = 0;
-  for (SlotMeta* m = partial_; m; m = m->part_next) {
-    if (!m->in_partial) return "slot on the partial list without in_partial";
-    if (m->part_next && m->part_next->base <= m->base) return "partial list out of address order";
-    if (++partial > (size_t(1) << 30)) return "cycle in the partial list";
+  for (unsigned k = 0; k <= kOwners; ++k) {
+    for (SlotMeta* m = partial_[k]; m; m = m->part_next) {
+      if (!m->in_partial) return "slot on the partial list without in_partial";
+      if (m->owner != k) return "slot on another owner's partial list";
+      if (m->part_next && m->part_next->base <= m->base) return "partial list out of address order";
+      if (++partial > (size_t(1) << 30)) return "cycle in the partial list";
+    }
   }
   size_t lazy_flagged = 0;
   size_t flagged = 0;
@@ -41,6 +44,7 @@ const char* Backend::check_invariants() {
       if (m->retained & m->lazy) return "unit both retained and lazy";
       if (bool(m->lazy) && !m->in_lazy) return "lazy units but not on the lazy list";
       if (bool(m->retained) && !m->in_dirty) return "retained units but not on the dirty list";
+      if (m->kind != SlotKind::kUnits && m->owner) return "slot not cut into units with an owner";
       switch (m->kind) {
         case SlotKind::kFree:
           if (m->used) return "free slot with used units";

@@ -44,6 +44,8 @@ void Backend::insert_free_run(SlotMeta* first, size_t n) {
     if (first[i].retained | first[i].lazy) free_resident_hint_ = true;  // (choose_free_resident)
     first[i].kind = SlotKind::kFree;
     first[i].sparse = false;
+    first[i].freed_by = first[i].owner;
+    first[i].owner = 0;
   }
   SlotMeta* head = first;
   size_t len = n;
@@ -170,22 +172,23 @@ void Backend::lazy_touch(SlotMeta* m, uint64_t now) {
 // over partial slots only, as alloc_units's own.
 void Backend::partial_add(SlotMeta* m) {
   if (m->in_partial) return;
+  SlotMeta*& head = partial_[m->owner];
   SlotMeta* prev = nullptr;
-  SlotMeta* next = partial_;
+  SlotMeta* next = head;
   while (next && next->base < m->base) {
     prev = next;
     next = next->part_next;
   }
   m->part_prev = prev;
   m->part_next = next;
-  if (prev) prev->part_next = m; else partial_ = m;
+  if (prev) prev->part_next = m; else head = m;
   if (next) next->part_prev = m;
   m->in_partial = true;
 }
 
 void Backend::partial_remove(SlotMeta* m) {
   if (!m->in_partial) return;
-  if (m->part_prev) m->part_prev->part_next = m->part_next; else partial_ = m->part_next;
+  if (m->part_prev) m->part_prev->part_next = m->part_next; else partial_[m->owner] = m->part_next;
   if (m->part_next) m->part_next->part_prev = m->part_prev;
   m->part_next = m->part_prev = nullptr;
   m->in_partial = false;

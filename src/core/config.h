@@ -38,6 +38,11 @@ inline constexpr unsigned kUnitsPerSlot = kSlotSize / kUnitSize;  // 32
 inline constexpr size_t kMaxSmall = 256 * 1024;
 inline constexpr size_t kMaxLarge = 1024 * 1024;
 
+// Owners of unit slots (Backend::alloc's `owner`): heaps are given owners
+// 1..kOwners in turn, so that up to kOwners threads churning large blocks
+// each reuse their own slots; 0 is shared.
+inline constexpr unsigned kOwners = 64;
+
 // Natural alignment of every malloc result (as glibc on x86-64).
 inline constexpr size_t kMinAlign = 16;
 

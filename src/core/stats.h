@@ -58,6 +58,9 @@ class Writer;
   X(huge_allocs, counter, "huge blocks allocated")                                               \
   X(inplace_resizes, counter, "realloc of large and huge blocks done in place")                   \
   X(promotions, counter, "large blocks grown by realloc into huge blocks in place")              \
+  X(foreign_slot_runs, counter, "large blocks and small spans placed in the slots of another "    \
+    "owner (heap shard) because their own, the shared ones and the free slots had no room: the "   \
+    "last resort before a new arena")                                                             \
   X(reuse_retained_bytes, counter, "bytes handed out from RETAINED free memory (no kernel work)") \
   X(reuse_lazy_bytes, counter, "bytes handed out from LAZY memory (no fault unless the kernel "  \
                                "took the page)")                                                 \

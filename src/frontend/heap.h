@@ -217,6 +217,11 @@ struct Heap {
   Heap* next_all = nullptr;         // every heap ever made
   Heap* next_pool = nullptr;        // heaps without a thread
   bool owned = false;
+  // The heap's owner of unit slots (1..kOwners, given in turn as heaps are
+  // made; 0: the empty heap, shared slots only): its large blocks go into
+  // its own slots first (Backend::alloc, choose_units).  A thread that
+  // adopts the heap adopts its slots.
+  uint8_t owner = 0;
   // Secure mode only.
   void* quarantine[kQuarantineSlots] = {};
   unsigned quarantine_next = 0;     // oldest entry (the next to leave)

@@ -65,6 +65,7 @@ struct Global {
   // collect_lock): nullptr, from the head.
   Heap* adopt_cursor = nullptr;
   Heap* pool = nullptr;
+  unsigned heaps_made = 0;  // REQUIRES heaps_lock: gives each new heap its owner (Heap::owner)
   std::atomic<int> init_state{0};  // 0 none, 1 running, 2 done
   // The collector's last span_idle_ns (0: none yet): in-span purging's
   // hysteresis (span_purge.cc) measures revivals against it.

@@ -21,18 +21,18 @@ void give_back_done(Span* given) {
 // `give_back`: blocks the large cache lets go on a miss (a list through
 // Span::next), released in the same lock hold (Backend::alloc), then handed
 // to the purger as release_to_backend does.
-Span* backend_alloc(size_t size, size_t align, bool growing, Span* give_back) {
+Span* backend_alloc(size_t size, size_t align, bool growing, Span* give_back, unsigned owner) {
   Span* s = nullptr;
   if (LM_UNLIKELY(g.releaser.inflight_bytes() != 0)) {
     // Address space is on its way back: rather than reserve and fault in
     // fresh memory, help finish the releases and reuse it.
-    s = g.backend.alloc(size, align, growing, false, give_back);
+    s = g.backend.alloc(size, align, growing, false, give_back, owner);
     give_back_done(give_back);
     if (s) return s;
     give_back = nullptr;
     g.releaser.help(true);
   }
-  s = g.backend.alloc(size, align, growing, true, give_back);
+  s = g.backend.alloc(size, align, growing, true, give_back, owner);
   give_back_done(give_back);
   return s;
 }
@@ -341,7 +341,7 @@ void* alloc_large(size_t size, size_t align, bool* zero, bool growing) {
   Span* give_back = nullptr;
   if (large_cacheable(size, align, tl_heap)) s = large_cache_take(tl_heap, size, &give_back);
   // Secure mode: room for the guard page (size <= kMaxRequest: no overflow).
-  if (!s) s = backend_alloc(g_secure ? size + kOsPageSize : size, align, growing, give_back);
+  if (!s) s = backend_alloc(g_secure ? size + kOsPageSize : size, align, growing, give_back, tl_heap->owner);
   if (!s) {
     pal::set_errno(ENOMEM);
     return nullptr;

@@ -159,6 +159,7 @@ Heap* heap_for_thread() {
       if (!r) return nullptr;
       h = new (&r->heap) Heap();
       h->bin_slots = r->bin_slots;
+      h->owner = uint8_t(1 + g.heaps_made++ % kOwners);
       if (g_secure) h->rng = g_platform->random(g_platform->ctx) | 1;
       h->next_all = g.all_heaps;
       g.all_heaps = h;

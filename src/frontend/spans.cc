@@ -551,7 +551,7 @@ Span* span_new(Heap* h, unsigned c) {
     h->stats.inc(HeapStat::sparse_span_reuses);
   } else {
     const bool sparse = class_sparse_now(c);
-    s = g.backend.alloc_units_span(kClasses.units[c], sparse);
+    s = g.backend.alloc_units_span(kClasses.units[c], sparse, h->owner);
     if (!s) return nullptr;
     s->sparse = sparse;
     g.stats.add(Stat::small_spans, 1);

@@ -280,6 +280,105 @@ TEST_F(BackendTest, LargeBlocksRunAcrossASlotBoundary) {
   EXPECT_EQ(backend->check_invariants(), nullptr);
 }
 
+// Large blocks go into their owner's slots (Backend::alloc's `owner`, the
+// heap's: issue #16, ninth round): a thread reuses the units it freed
+// itself, not the ones another thread just wrote.  Small spans look at the
+// shared slots and their heap's; another owner's slots are the last resort
+// before a new arena.
+TEST_F(BackendTest, LargeBlocksGoIntoTheirOwnersSlots) {
+  Span* a1 = backend->alloc(16 * kUnitSize, 16, false, true, nullptr, 1);  // slot S1 [0,16)
+  Span* a2 = backend->alloc(4 * kUnitSize, 16, false, true, nullptr, 1);   // S1 [16,20)
+  ASSERT_NE(a1, nullptr);
+  ASSERT_NE(a2, nullptr);
+  ASSERT_EQ(a2->slot, a1->slot);
+  ASSERT_EQ(a2->first_unit, 16u);
+  SlotMeta* s1 = a1->slot;
+  // Owner 2 has no slot and there is no shared one: a fresh slot, not S1's
+  // free units.
+  Span* b = backend->alloc(8 * kUnitSize, 16, false, true, nullptr, 2);
+  ASSERT_NE(b, nullptr);
+  SlotMeta* s2 = b->slot;
+  EXPECT_NE(s2, s1);
+  EXPECT_EQ(b->first_unit, 0u);
+  // S1's first 16 units go back RETAINED; owner 2 takes CLEAN units of its
+  // own slot rather than them, and owner 1 gets them back.
+  char* a1_at = a1->start;
+  backend->release(a1);
+  const uint64_t clean_before = st(Stat::reuse_clean_bytes);
+  Span* c = backend->alloc(8 * kUnitSize, 16, false, true, nullptr, 2);
+  EXPECT_EQ(c->slot, s2);
+  EXPECT_EQ(c->first_unit, 8u);
+  EXPECT_EQ(st(Stat::reuse_clean_bytes) - clean_before, 8 * kUnitSize);
+  Span* d = backend->alloc(16 * kUnitSize, 16, false, true, nullptr, 1);
+  EXPECT_EQ(d->start, a1_at);
+  EXPECT_FALSE(d->zero);
+  EXPECT_EQ(backend->check_invariants(), nullptr);
+  // A small span of heap 2 finds no shared slot and fits into its heap's.
+  Span* span = backend->alloc_units_span(4, false, 2);
+  ASSERT_NE(span, nullptr);
+  EXPECT_EQ(span->slot, s2);
+  span->kind = SpanKind::kSmall;
+  // A small span of heap 3 opens a shared slot, which a large block of an
+  // owner without room of its own then fits into before a fresh slot.
+  Span* shared = backend->alloc_units_span(2, false, 3);
+  ASSERT_NE(shared, nullptr);
+  EXPECT_NE(shared->slot, s1);
+  EXPECT_NE(shared->slot, s2);
+  shared->kind = SpanKind::kSmall;
+  Span* e = backend->alloc(16 * kUnitSize, 16, false, true, nullptr, 3);
+  EXPECT_EQ(e->slot, shared->slot);
+  EXPECT_EQ(e->first_unit, 2u);
+  Span* e2 = backend->alloc(14 * kUnitSize, 16, false, true, nullptr, 3);  // fills it
+  EXPECT_EQ(e2->slot, shared->slot);
+  EXPECT_EQ(backend->check_invariants(), nullptr);
+  // Every other slot of the arena taken and the shared one full: owner 4
+  // takes room in another owner's slot (S1 [20,32), the first owner's)
+  // rather than reserve a new arena.
+  const uint64_t reserved = st(Stat::reserved_bytes);
+  const size_t free_slots = size_t(reserved / kSlotSize) - 3;  // all but S1, S2 and the shared slot
+  Span* rest = backend->alloc(free_slots * kSlotSize, 16);
+  ASSERT_NE(rest, nullptr);
+  ASSERT_EQ(rest->nslots, free_slots);
+  Span* f = backend->alloc(12 * kUnitSize, 16, false, true, nullptr, 4);
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(st(Stat::foreign_slot_runs), 1u);
+  EXPECT_EQ(st(Stat::reserved_bytes), reserved);
+  EXPECT_EQ(f->slot, s1);
+  EXPECT_EQ(f->first_unit, 20u);
+  EXPECT_EQ(backend->check_invariants(), nullptr);
+  for (Span* x : {a2, b, c, d, span, shared, e, e2, rest, f}) backend->release(x);
+  EXPECT_EQ(st(Stat::active_bytes), 0u);
+  EXPECT_EQ(backend->check_invariants(), nullptr);  // free slots have no owner
+}
+
+// A slot that went back whole keeps, as `freed_by`, the owner it had: of
+// the resident free slots, an owner takes one of its own first, though
+// another owner's went back later.
+TEST_F(BackendTest, AnOwnerTakesBackAWhollyFreeSlotOfItsOwnFirst) {
+  Span* x = backend->alloc(16 * kUnitSize, 16, false, true, nullptr, 2);   // slot T
+  Span* x2 = backend->alloc(16 * kUnitSize, 16, false, true, nullptr, 2);  // T, full
+  Span* y = backend->alloc(16 * kUnitSize, 16, false, true, nullptr, 1);   // slot U
+  ASSERT_EQ(x2->slot, x->slot);
+  ASSERT_NE(y->slot, x->slot);
+  SlotMeta* t = x->slot;
+  backend->release(x);
+  backend->release(x2);
+  backend->release(y);  // U went back last
+  ASSERT_EQ(st(Stat::retained_bytes), 48 * kUnitSize);
+  Span* z = backend->alloc(8 * kUnitSize, 16, false, true, nullptr, 2);
+  ASSERT_NE(z, nullptr);
+  EXPECT_EQ(z->slot, t);
+  EXPECT_FALSE(z->zero);
+  Span* w = backend->alloc(8 * kUnitSize, 16, false, true, nullptr, 1);
+  ASSERT_NE(w, nullptr);
+  EXPECT_NE(w->slot, t);
+  EXPECT_FALSE(w->zero);
+  EXPECT_EQ(backend->check_invariants(), nullptr);
+  backend->release(z);
+  backend->release(w);
+  EXPECT_EQ(backend->check_invariants(), nullptr);
+}
+
 // Backend::alloc's give_back (the large cache's evicted block): released in
 // the same lock hold, before the new run is chosen, which may take its
 // resident units.
