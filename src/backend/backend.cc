@@ -289,7 +289,7 @@ void Backend::advise_slot_dense(SlotMeta* m) {
 }
 
 Span* Backend::alloc_units(unsigned n, bool fresh_slot, bool may_grow, bool straddle, bool sparse, unsigned owner,
-                           bool claims) {
+                           bool claims, Span* rec) {
   SlotMeta* m = nullptr;
   unsigned idx = 0;
   UnitFit fit;
@@ -325,8 +325,9 @@ Span* Backend::alloc_units(unsigned n, bool fresh_slot, bool may_grow, bool stra
     if (sparse) advise_slot_sparse(slot); else advise_slot_dense(slot);
     m = slot;
   }
-  Span* s = new_span();
-  if (!s) {
+  Span* s = rec;
+  if (s) memset(static_cast<void*>(s), 0, sizeof(Span));
+  else if (!(s = new_span())) {
     if (m->used == 0) insert_free_run(m, 1);
     return nullptr;
   }
@@ -406,19 +407,27 @@ Span* Backend::alloc(size_t bytes, size_t align, bool growing, bool may_grow, Sp
   LockGuard g(lock_);
   PublishOnExit publish{this};
   note_activity(now);
+  // The first given-back block's record serves the new run: the record
+  // pool has a lock of its own, which a free and an alloc would each take.
+  Span* rec = nullptr;
   while (give_back) {
     Span* next = give_back->next;
     release_units(give_back, false, now);
-    spans_.free(give_back);
+    if (rec) spans_.free(give_back); else rec = give_back;
     give_back = next;
   }
-  if (bytes > kMaxRequest) return nullptr;
-  bool units = bytes <= kMaxLarge && align <= kUnitSize;
-  size_t taken = units ? align_up(bytes, kUnitSize) : align_up(bytes, kSlotSize);
-  if (!admit(taken, !units)) return nullptr;
   if (owner > kOwners) owner = 0;
-  if (units) return alloc_units(unsigned(taken >> kUnitShift), growing, may_grow, true, false, owner, true);
-  return alloc_slots(taken >> kSlotShift, align, may_grow);
+  Span* s = nullptr;
+  if (bytes <= kMaxRequest) {
+    bool units = bytes <= kMaxLarge && align <= kUnitSize;
+    size_t taken = units ? align_up(bytes, kUnitSize) : align_up(bytes, kSlotSize);
+    if (admit(taken, !units)) {
+      s = units ? alloc_units(unsigned(taken >> kUnitShift), growing, may_grow, true, false, owner, true, rec)
+                : alloc_slots(taken >> kSlotShift, align, may_grow);
+    }
+  }
+  if (rec && s != rec) spans_.free(rec);
+  return s;
 }
 
 Span* Backend::alloc_units_span(unsigned units, bool sparse, unsigned owner) {
@@ -428,7 +437,7 @@ Span* Backend::alloc_units_span(unsigned units, bool sparse, unsigned owner) {
   note_activity(now);
   if (units == 0 || units > kUnitsPerSlot || !admit(size_t(units) * kUnitSize, false)) return nullptr;
   if (owner > kOwners) owner = 0;
-  return alloc_units(units, false, true, false, sparse, owner, false);
+  return alloc_units(units, false, true, false, sparse, owner, false, nullptr);
 }
 
 void Backend::note_activity(uint64_t now) {

@@ -44,7 +44,8 @@ void Backend::insert_free_run(SlotMeta* first, size_t n) {
     if (first[i].retained | first[i].lazy) free_resident_hint_ = true;  // (choose_free_resident)
     first[i].kind = SlotKind::kFree;
     first[i].sparse = false;
-    first[i].freed_by = first[i].owner;
+    // A purged slot (kPurging) keeps the owner it went back from.
+    if (first[i].kind != SlotKind::kPurging) first[i].freed_by = first[i].owner;
     first[i].owner = 0;
   }
   SlotMeta* head = first;

@@ -341,7 +341,14 @@ void* alloc_large(size_t size, size_t align, bool* zero, bool growing) {
   Span* give_back = nullptr;
   if (large_cacheable(size, align, tl_heap)) s = large_cache_take(tl_heap, size, &give_back);
   // Secure mode: room for the guard page (size <= kMaxRequest: no overflow).
-  if (!s) s = backend_alloc(g_secure ? size + kOsPageSize : size, align, growing, give_back, tl_heap->owner);
+  // A thread that reuses large blocks (its cache warm) puts them into its
+  // own slots (Backend::alloc's `owner`); one that keeps what it allocates
+  // shares slots with the others, so that a thread per block does not
+  // open a slot each.
+  if (!s) {
+    Heap* h = tl_heap;
+    s = backend_alloc(g_secure ? size + kOsPageSize : size, align, growing, give_back, h->large_warm ? h->owner : 0);
+  }
   if (!s) {
     pal::set_errno(ENOMEM);
     return nullptr;
