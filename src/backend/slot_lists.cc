@@ -42,11 +42,11 @@ void Backend::insert_free_run(SlotMeta* first, size_t n) {
   for (size_t i = 0; i < n; ++i) {
     if (first[i].kind == SlotKind::kUnits) --unit_slots_;
     if (first[i].retained | first[i].lazy) free_resident_hint_ = true;  // (choose_free_resident)
-    first[i].kind = SlotKind::kFree;
-    first[i].sparse = false;
     // A purged slot (kPurging) keeps the owner it went back from.
     if (first[i].kind != SlotKind::kPurging) first[i].freed_by = first[i].owner;
     first[i].owner = 0;
+    first[i].kind = SlotKind::kFree;
+    first[i].sparse = false;
   }
   SlotMeta* head = first;
   size_t len = n;

@@ -361,6 +361,7 @@ TEST_F(BackendTest, AnOwnerTakesBackAWhollyFreeSlotOfItsOwnFirst) {
   ASSERT_EQ(x2->slot, x->slot);
   ASSERT_NE(y->slot, x->slot);
   SlotMeta* t = x->slot;
+  SlotMeta* u = y->slot;
   backend->release(x);
   backend->release(x2);
   backend->release(y);  // U went back last
@@ -371,11 +372,21 @@ TEST_F(BackendTest, AnOwnerTakesBackAWhollyFreeSlotOfItsOwnFirst) {
   EXPECT_FALSE(z->zero);
   Span* w = backend->alloc(8 * kUnitSize, 16, false, true, nullptr, 1);
   ASSERT_NE(w, nullptr);
-  EXPECT_NE(w->slot, t);
+  EXPECT_EQ(w->slot, u);
   EXPECT_FALSE(w->zero);
   EXPECT_EQ(backend->check_invariants(), nullptr);
+  // The same once both slots were purged MADV_FREE (LAZY): a purge keeps
+  // the owner a slot went back from.
   backend->release(z);
-  backend->release(w);
+  backend->release(w);  // U again last
+  fake.advance_ms(1100);
+  EXPECT_EQ(purger->decay_pass(fake.now_ns), 48 * kUnitSize);
+  ASSERT_EQ(st(Stat::lazy_bytes), 48 * kUnitSize);
+  Span* z2 = backend->alloc(8 * kUnitSize, 16, false, true, nullptr, 2);
+  ASSERT_NE(z2, nullptr);
+  EXPECT_EQ(z2->slot, t);
+  EXPECT_EQ(st(Stat::reuse_lazy_bytes), 8 * kUnitSize);
+  backend->release(z2);
   EXPECT_EQ(backend->check_invariants(), nullptr);
 }
 
