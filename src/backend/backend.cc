@@ -102,7 +102,8 @@ void Backend::account_take(SlotMeta* m, uint32_t mask) {
 // `large-churn-2t` ran at 1.3x one thread's rate where two processes ran
 // at 2x (every store of the touch loop an ownership transfer between the
 // cores; docs/benchmarks.md, "Issue #16, ninth round").  A small span looks
-// at the shared slots and its heap's, best fit over both, and a slot it
+// at the shared slots and its heap's, best fit over both (the shared ones
+// first, kFitScan fitting slots in all), and a slot it
 // opens stays shared: a heap's first spans share slots with every other
 // heap's, as before, rather than touch a slot (a 2 MiB page under the
 // hugepage advice) per thread.  Another owner's slots are the last resort
@@ -133,13 +134,30 @@ bool Backend::choose_units(unsigned n, bool straddle, bool sparse, unsigned owne
   SlotMeta* best_slot = nullptr;
   unsigned scanned = 0;
   const unsigned first = claims ? owner : 0;
+  // (Sparse slots are shared: an owner's list holds none.)
   if (!best_in_list(partial_[first], n, straddle, sparse, &scanned, &best, &best_slot) && owner != 0 &&
-      !(claims && best_slot))
+      !(claims && best_slot) && !(sparse && !claims))
     best_in_list(partial_[claims ? 0 : owner], n, straddle, sparse, &scanned, &best, &best_slot);
   if (!best_slot) return false;
   *slot = best_slot;
   *idx = best.index;
   *fit = best;
+  return true;
+}
+
+// The last resort before a new arena: the best window in any owner's
+// partial slots (the shared ones first, then owners 1..kOwners; at most
+// kFitScan fitting slots in all).
+bool Backend::choose_any_owner(unsigned n, bool sparse, SlotMeta** slot, unsigned* idx) const {
+  UnitFit best;
+  SlotMeta* best_slot = nullptr;
+  unsigned scanned = 0;
+  for (unsigned k = 0; k <= kOwners; ++k) {
+    if (best_in_list(partial_[k], n, false, sparse, &scanned, &best, &best_slot)) break;
+  }
+  if (!best_slot) return false;
+  *slot = best_slot;
+  *idx = best.index;
   return true;
 }
 
@@ -160,19 +178,9 @@ bool Backend::choose_units(unsigned n, bool straddle, bool sparse, unsigned owne
 // a look that finds none that pays (a heap that churns large blocks would
 // otherwise walk up to 2 x kFitScan slots under the lock at every run that
 // touches CLEAN units: large-churn-2t, 24 instructions more per operation).
-bool Backend::choose_any_owner(unsigned n, bool sparse, SlotMeta** slot, unsigned* idx) const {
-  UnitFit best;
-  SlotMeta* best_slot = nullptr;
-  unsigned scanned = 0;
-  for (unsigned k = 0; k <= kOwners; ++k) {
-    if (best_in_list(partial_[k], n, false, sparse, &scanned, &best, &best_slot)) break;
-  }
-  if (!best_slot) return false;
-  *slot = best_slot;
-  *idx = best.index;
-  return true;
-}
-
+// A slot that `owner` freed (SlotMeta::freed_by) comes before any other
+// owner's, which the walk passes over until it has one of the owner's
+// without CLEAN units, or has looked at kFitScan slots of each list.
 bool Backend::choose_free_resident(unsigned n, unsigned fresh, unsigned owner, SlotMeta** slot,
                                    unsigned* idx) const {
   UnitFit best;

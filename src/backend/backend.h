@@ -54,7 +54,12 @@ struct SlotMeta {
   SlotKind kind;
   bool in_dirty;
   bool in_partial;
+  // kUnits: the owner whose large blocks the slot was opened for (1..kOwners,
+  // Backend::alloc's `owner`), or 0: shared (small spans, early use).  Which
+  // partial list the slot is on; 0 whenever the slot is not kUnits.
+  uint8_t owner;
   uint32_t run_len;    // kFree: length in slots, valid on a run's first and last slot
+  uint8_t freed_by;    // kFree: the owner it had when it last went back whole (choose_free_resident)
   uint64_t free_ns;    // when a unit of this slot last became free
   uint64_t lazy_ns;    // when units of this slot last became LAZY
   uint64_t purged_ns;  // when units of this slot were last purged (0: never)
@@ -65,11 +70,6 @@ struct SlotMeta {
   bool lazy_purged;    // its last purge was the lazy stage (hysteresis against lazy_decay_ms)
   bool sparse;         // kUnits: a slot of sparse spans only (alloc_units_span with `sparse`)
   bool nohuge;         // advised MADV_NOHUGEPAGE on its own (a sparse slot, or a withdrawal)
-  // kUnits: the owner whose large blocks the slot was opened for (1..kOwners,
-  // Backend::alloc's `owner`), or 0: shared (small spans, early use).  Which
-  // partial list the slot is on; 0 whenever the slot is not kUnits.
-  uint8_t owner;
-  uint8_t freed_by;    // kFree: the owner it had when it last went back whole (choose_free_resident)
   SlotMeta* free_next; // free-run bin (first slot of a run)
   SlotMeta* free_prev;
   SlotMeta* part_next; // slots of kind kUnits with free units
@@ -234,7 +234,8 @@ class Backend {
   // `owner` (0..kOwners): whose large block it is (the frontend's heap
   // shard, Heap::owner); a large block goes into its owner's slots first
   // (backend.cc, choose_units), so that a thread reuses the units it freed
-  // itself, still in its core's caches.  0: shared slots only.
+  // itself, still in its core's caches.  0: the shared slots (another
+  // owner's only as the last resort before a new arena, as for any owner).
   Span* alloc(size_t bytes, size_t align, bool growing = false, bool may_grow = true, Span* give_back = nullptr,
               unsigned owner = 0);
   // A run of `units` (1..32) units inside one slot, 64 KiB-aligned, for a
@@ -487,8 +488,8 @@ class Backend {
   const Platform* platform_ = nullptr;
   const SlotPolicy* policy_ = nullptr;
   Stats* stats_ = nullptr;  // reporting only: decisions read pages_
-  // Written under lock_ at every allocation and release: on a line of its
-  // own, away from the pointers above, which every call reads before it
+  // Written under lock_ at every allocation and release: on another line
+  // than the pointers above, which every call reads before it
   // takes the lock (large-churn-2t: 15% of Backend::alloc's samples on the
   // load of platform_ while the other core wrote the gauges beside it).
   alignas(64) PageAccounting pages_;

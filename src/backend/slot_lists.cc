@@ -42,7 +42,8 @@ void Backend::insert_free_run(SlotMeta* first, size_t n) {
   for (size_t i = 0; i < n; ++i) {
     if (first[i].kind == SlotKind::kUnits) --unit_slots_;
     if (first[i].retained | first[i].lazy) free_resident_hint_ = true;  // (choose_free_resident)
-    // A purged slot (kPurging) keeps the owner it went back from.
+    // A slot back from a purge (kPurging, taken from the free runs, or a
+    // huge block's, whose slots carve_run cleared) keeps what it had.
     if (first[i].kind != SlotKind::kPurging) first[i].freed_by = first[i].owner;
     first[i].owner = 0;
     first[i].kind = SlotKind::kFree;
@@ -113,7 +114,10 @@ void Backend::run_cut(SlotMeta* head, SlotMeta* first, SlotMeta* last) {
 
 void Backend::carve_run(SlotMeta* head, SlotMeta* first, size_t n) {
   run_cut(head, first, first + (n - 1));
-  for (size_t i = 0; i < n; ++i) first[i].kind = SlotKind::kHuge;
+  for (size_t i = 0; i < n; ++i) {
+    first[i].kind = SlotKind::kHuge;
+    first[i].freed_by = 0;  // in use: whoever frees it next sets it (insert_free_run)
+  }
 }
 
 // ---------------------------------------------------------- lists
