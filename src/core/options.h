@@ -95,7 +95,7 @@ enum class OptKind : uint8_t { kBool, kInt, kSize, kMillis, kEnum };
     "next decay or pressure deadline and exits when no free memory is held")               \
   X(large_cache, kSize, 4 << 20, 0, int64_t(1) << 40, nullptr,                              \
     "bytes of freed large blocks (256 KiB-1 MiB) each thread keeps, at most 8 of them, "    \
-    "at most half of the large bytes the thread holds live (at least 1 MiB) and at most "   \
+    "at most the large bytes the thread holds live (at least 1 MiB) and at most "            \
     "its peak of live large bytes less those, for its next large mallocs (the smallest "   \
     "block within 2x of the request) without the backend's lock; a miss gives back those " \
     "smaller than its request; a quiet thread's go back after `decay_ms`, an exiting "     \

@@ -111,8 +111,8 @@ constexpr size_t bin_slot_offset(unsigned c) {
 inline constexpr size_t kBinSlots = bin_slot_offset(kSmallClasses);
 
 // A thread's cache of freed large blocks (above kMaxSmall up to kMaxLarge)
-// holds at most this many, and at most option large_cache bytes, half the
-// large bytes the thread holds live, and its peak of them less those
+// holds at most this many, and at most option large_cache bytes, the large
+// bytes the thread holds live, and its peak of them less those
 // (large.cc).
 inline constexpr uint32_t kLargeCacheSlots = 8;
 
@@ -258,7 +258,7 @@ struct Heap {
   Span* large_spare = nullptr;
   // Large bytes the thread allocated less those it freed, never below 0
   // (others' frees of its blocks count on their heaps, down to 0; 0 again
-  // when the thread exits): the cache holds at most half of it
+  // when the thread exits): the cache holds at most as much
   // (large_cache_cap).  Written by the thread.
   uint64_t large_live = 0;
   // The most large_live has been since the last lm_thread_collect or thread
