@@ -89,9 +89,10 @@ Span* large_evicted_take(Heap* h) {
 //    blocks held 4 MiB more in its cache, a third of its peak
 //    (large-churn-1t), before the peak bound below.  Half of them until
 //    issue #16's ninth round: under the peak bound the whole live bytes
-//    cost large-churn no peak RSS (18.5 / 31.7 MiB against 18.4 / 31.6)
-//    and took cache hits from 76% to 85% of its large mallocs, 1.31M ->
-//    1.47M operations a second at one thread, 2.48M -> 2.74M at two;
+//    cost large-churn no peak RSS (18.3-18.6 / 30.6-31.7 MiB against
+//    17.6-19.5 / 31.3-31.6) and took cache hits from 76% to 85% of its
+//    large mallocs, 1.31M -> 1.47M operations a second at one thread,
+//    2.48M -> 2.74M at two (docs/benchmarks.md);
 //  - at most the thread's peak of live large bytes less its live ones
 //    (Heap::large_peak), so that its blocks and its cache together hold no
 //    more than its blocks did at their peak: with the smallest fit and the
