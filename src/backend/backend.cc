@@ -21,6 +21,12 @@ void Backend::init(const Platform* platform, Stats* stats, size_t arena_reserve,
 
 Span* Backend::new_span() { return spans_.alloc(*platform_, stats_); }
 
+Span* Backend::span_record(Span* rec) {
+  if (!rec) return new_span();
+  memset(static_cast<void*>(rec), 0, sizeof(Span));
+  return rec;
+}
+
 Gauge& Backend::page_gauge(Stat s) {
   switch (s) {
     case Stat::reserved_bytes: return pages_.reserved;
@@ -133,10 +139,11 @@ bool Backend::choose_units(unsigned n, bool straddle, bool sparse, unsigned owne
   UnitFit best;
   SlotMeta* best_slot = nullptr;
   unsigned scanned = 0;
-  const unsigned first = claims ? owner : 0;
-  // (Sparse slots are shared: an owner's list holds none.)
-  if (!best_in_list(partial_[first], n, straddle, sparse, &scanned, &best, &best_slot) && owner != 0 &&
-      !(claims && best_slot) && !(sparse && !claims))
+  const bool perfect = best_in_list(partial_[claims ? owner : 0], n, straddle, sparse, &scanned, &best, &best_slot);
+  // The second list: for a large block, the shared one when its owner's had
+  // no room; for a small span, its heap's (not for a sparse one: sparse
+  // slots are shared).
+  if (owner != 0 && !perfect && (claims ? !best_slot : !sparse))
     best_in_list(partial_[claims ? 0 : owner], n, straddle, sparse, &scanned, &best, &best_slot);
   if (!best_slot) return false;
   *slot = best_slot;
@@ -298,13 +305,15 @@ void Backend::advise_slot_dense(SlotMeta* m) {
 
 Span* Backend::alloc_units(unsigned n, bool fresh_slot, bool may_grow, bool straddle, bool sparse, unsigned owner,
                            bool claims, Span* rec) {
+  if (owner > kOwners) owner = 0;
+  const unsigned opens_as = claims ? owner : 0;  // the owner of a slot the run opens
   SlotMeta* m = nullptr;
   unsigned idx = 0;
   UnitFit fit;
   bool placed = !fresh_slot && choose_units(n, straddle, sparse, owner, claims, &m, &idx, &fit);
   SlotMeta* slot = nullptr;  // a free slot the run opens as a unit slot
   if (!fresh_slot && !sparse && (!placed || fit.fresh > 0) && free_resident_hint_) {
-    if (choose_free_resident(n, placed ? fit.fresh : fit_units(0, 0, n).fresh, claims ? owner : 0, &slot, &idx)) {
+    if (choose_free_resident(n, placed ? fit.fresh : fit_units(0, 0, n).fresh, opens_as, &slot, &idx)) {
       carve_run(run_head(slot), slot, 1);
       placed = true;
     } else {
@@ -328,14 +337,13 @@ Span* Backend::alloc_units(unsigned n, bool fresh_slot, bool may_grow, bool stra
   }
   if (slot) {
     take_unit_slot(slot);
-    slot->owner = uint8_t(claims ? owner : 0);
+    slot->owner = uint8_t(opens_as);
     slot->sparse = sparse;
     if (sparse) advise_slot_sparse(slot); else advise_slot_dense(slot);
     m = slot;
   }
-  Span* s = rec;
-  if (s) memset(static_cast<void*>(s), 0, sizeof(Span));
-  else if (!(s = new_span())) {
+  Span* s = span_record(rec);
+  if (!s) {
     if (m->used == 0) insert_free_run(m, 1);
     return nullptr;
   }
@@ -424,7 +432,6 @@ Span* Backend::alloc(size_t bytes, size_t align, bool growing, bool may_grow, Sp
     if (rec) spans_.free(give_back); else rec = give_back;
     give_back = next;
   }
-  if (owner > kOwners) owner = 0;
   Span* s = nullptr;
   if (bytes <= kMaxRequest) {
     bool units = bytes <= kMaxLarge && align <= kUnitSize;
@@ -444,7 +451,6 @@ Span* Backend::alloc_units_span(unsigned units, bool sparse, unsigned owner) {
   PublishOnExit publish{this};
   note_activity(now);
   if (units == 0 || units > kUnitsPerSlot || !admit(size_t(units) * kUnitSize, false)) return nullptr;
-  if (owner > kOwners) owner = 0;
   return alloc_units(units, false, true, false, sparse, owner, false, nullptr);
 }
 
@@ -703,8 +709,7 @@ void Backend::run_batch(SlotMeta* first, size_t n, size_t max_range, PurgeBatch*
 // one else reads or writes their unit map entries (span_of of a pointer
 // into them would be a use after free).
 Span* Backend::split_units(Span* s, unsigned units, Span* rec) {
-  if (rec) memset(static_cast<void*>(rec), 0, sizeof(Span));
-  else if (!(rec = new_span())) return nullptr;
+  if (!(rec = span_record(rec))) return nullptr;
   rec->slot = s->slot;
   rec->first_unit = s->first_unit + units;
   rec->nunits = uint16_t(s->nunits - units);

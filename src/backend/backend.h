@@ -412,7 +412,8 @@ class Backend {
   // `owner` (0..kOwners) and `claims`: whose slots the run looks at first
   // and whether a slot it opens becomes that owner's (large blocks) or
   // stays shared (small spans); see choose_units.  `rec`: a free span
-  // record to use (cleared here), or nullptr for a new one.
+  // record to use (cleared here), or nullptr for a new one.  An owner past
+  // kOwners is taken as 0.
   Span* alloc_units(unsigned n, bool fresh_slot, bool may_grow, bool straddle, bool sparse, unsigned owner,
                     bool claims, Span* rec);
   SlotMeta* take_top_slot();             // the last slot of the largest free run, carved
@@ -474,6 +475,7 @@ class Backend {
   SlotMeta* slot_at(Arena* a, size_t index) const { return index < a->nslots ? &a->slots[index] : nullptr; }
   SlotMeta* neighbor(SlotMeta* m, ptrdiff_t delta) const;
   Span* new_span();
+  Span* span_record(Span* rec);  // rec cleared for reuse, or new_span() when null
 
   // Publishes the gauges to timeline_, if any, when it goes out of scope:
   // declared after the LockGuard of an operation that changes them.

@@ -219,8 +219,9 @@ struct Heap {
   bool owned = false;
   // The heap's owner of unit slots (1..kOwners, given in turn as heaps are
   // made; 0: the empty heap, shared slots only): its large blocks go into
-  // its own slots first once its large cache is warm (alloc_large;
-  // Backend::alloc, choose_units), and its small spans may go there.  A
+  // its own slots first once its large cache is warm and it has held 2 MiB
+  // of them at once (large_owner; Backend::alloc, choose_units), and its
+  // small spans may go there.  A
   // thread that adopts the heap adopts its slots.
   uint8_t owner = 0;
   // Secure mode only.
