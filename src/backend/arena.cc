@@ -27,14 +27,32 @@ void* Backend::map_leaf(size_t bytes) {
   void* p = platform_->map(platform_->ctx, bytes);
   stats_->add(Stat::mmap_calls, 1);
   if (p) {
-    stats_->add(Stat::metadata_bytes, bytes);
+    stats_->add(Stat::metadata_mapped_bytes, bytes);
   } else {
     stats_->add(Stat::mmap_failures, 1);
   }
   return p;
 }
 
+// Whether no registered slot has its entries on the page of `leaf` (a slot
+// leaf) that holds slot idx's entries of a leaf whose pages hold `per_page`
+// slots' entries each (the slot leaf itself, or its unit leaf).
+static bool leaf_page_unwritten(SlotMeta* const* leaf, uintptr_t idx, size_t per_page, size_t leaf_size) {
+  size_t first = (idx & (leaf_size - 1)) & ~(per_page - 1);
+  for (size_t j = first; j < first + per_page; ++j)
+    if (leaf[j]) return false;
+  return true;
+}
+
 bool Backend::register_arena(Arena* a) {
+  // The leaves are mapped whole (kLeafSize slots' worth of address space)
+  // and written only where arenas lie: a leaf page counts as metadata from
+  // the first slot registered whose entries lie on it (a unit leaf page,
+  // whether or not its units are in use yet).
+  static constexpr size_t kSlotsPerLeafPage = kOsPageSize / sizeof(SlotMeta*);
+  static constexpr size_t kSlotsPerUnitLeafPage = kOsPageSize / (kUnitsPerSlot * sizeof(Span*));
+  static_assert(kSlotsPerUnitLeafPage >= 1 && kLeafSize % kSlotsPerLeafPage == 0);
+  size_t written = 0;
   uintptr_t first = a->base >> kSlotShift;
   for (size_t i = 0; i < a->nslots; ++i) {
     uintptr_t idx = first + i;
@@ -69,11 +87,14 @@ bool Backend::register_arena(Arena* a) {
         uintptr_t k = first + j;
         slot_leaf(k >> kLeafBits)[k & (kLeafSize - 1)] = nullptr;
       }
-      return false;
+      return false;  // (nothing counted: `written` is added on success)
     }
+    for (size_t per_page : {kSlotsPerLeafPage, kSlotsPerUnitLeafPage})
+      if (leaf_page_unwritten(leaf, idx, per_page, kLeafSize)) written += kOsPageSize;
     leaf[idx & (kLeafSize - 1)] = &a->slots[i];
     a->slots[i].unit_span = unit_leaf + (idx & (kLeafSize - 1)) * kUnitsPerSlot;
   }
+  stats_->add(Stat::metadata_bytes, written);
   return true;
 }
 
@@ -127,7 +148,8 @@ Arena* Backend::add_arena(size_t min_slots, size_t align) {
     platform_->unmap(platform_->ctx, p, want);
     return nullptr;
   }
-  stats_->add(Stat::metadata_bytes, meta_bytes);
+  stats_->add(Stat::metadata_mapped_bytes, meta_bytes);
+  stats_->add(Stat::metadata_bytes, meta_bytes);  // every record written above
   if (huge_arenas_) platform_->advise_hugepage(platform_->ctx, p, want, true);
   a->next = arenas_;
   arenas_ = a;

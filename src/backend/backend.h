@@ -395,7 +395,7 @@ class Backend {
   // All REQUIRES: lock_ held.
   Arena* add_arena(size_t min_slots, size_t align);
   bool register_arena(Arena* a);
-  void* map_leaf(size_t bytes);  // a page-map leaf, counted as metadata; nullptr if it fails
+  void* map_leaf(size_t bytes);  // a page-map leaf, counted as mapped metadata; nullptr if it fails
   SlotMeta* take_free_run(size_t nslots);
   SlotMeta* run_head(SlotMeta* m) const;  // the first slot of the free run that holds m (kFree)
   // Takes slots first..last out of the free run that starts at head; the

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "core/bits.h"
 #include "core/config.h"
 #include "core/stats.h"
 #include "pal/lock.h"
@@ -67,9 +68,10 @@ class MetaPool {
         if (stats) stats->add(Stat::mmap_failures, 1);
         return nullptr;
       }
-      if (stats) stats->add(Stat::metadata_bytes, kChunk);
+      if (stats) stats->add(Stat::metadata_mapped_bytes, kChunk);
       bump_ = static_cast<char*>(chunk);
       end_ = bump_ + kChunk;
+      written_ = bump_;
       bump_purged_ = false;
     }
     // Fresh mappings read as zero; purged pages are cleared whatever the
@@ -77,6 +79,14 @@ class MetaPool {
     T* t = reinterpret_cast<T*>(bump_);
     if (bump_purged_) memset(static_cast<void*>(t), 0, sizeof(T));
     bump_ += kRecord;
+    // A fresh chunk's pages count as metadata once a record lies on them
+    // (purged runs were counted when first carved, and take_purged took
+    // them off metadata_purged_bytes).
+    if (!bump_purged_ && bump_ > written_) {
+      char* to = reinterpret_cast<char*>(align_up(reinterpret_cast<uintptr_t>(bump_), kOsPageSize));
+      if (stats) stats->add(Stat::metadata_bytes, size_t(to - written_));
+      written_ = to;
+    }
     ++live_;
     return t;
   }
@@ -295,6 +305,7 @@ class MetaPool {
   size_t looked_keep_ = 0;  // the `keep` of that look
   char* bump_ = nullptr;
   char* end_ = nullptr;
+  char* written_ = nullptr;  // the fresh chunk's pages below it are counted in metadata_bytes
   bool bump_purged_ = false;  // [bump_, end_) is a purged run, not a fresh chunk
   AdviseRange purged_[kMaxPurged] = {};  // purged page runs, unordered
   unsigned npurged_ = 0;

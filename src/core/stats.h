@@ -29,7 +29,10 @@ class Writer;
   X(lazy_bytes, gauge, "free bytes given to the kernel with MADV_FREE: resident until the kernel " \
                        "needs memory (shown as LazyFree in smaps), reuse costs no fault")        \
   X(clean_bytes, gauge, "free bytes that read as zero: never touched, or MADV_DONTNEED")         \
-  X(metadata_bytes, gauge, "bytes mapped for allocator metadata (slot, span and heap records)")  \
+  X(metadata_mapped_bytes, gauge, "address space mapped for allocator metadata (page-map "        \
+    "leaves, slot records, chunks of span and heap records): costs no memory until written")     \
+  X(metadata_bytes, gauge, "bytes of allocator metadata written: the pages of the mapped "      \
+    "metadata that hold records carved or page-map entries in use (resident unless purged)")     \
   X(metadata_purged_bytes, gauge, "of metadata_bytes, pages of free span records given back "   \
     "(MADV_DONTNEED by the decay passes, above a reserve of free records) and not reused since") \
   X(metadata_page_purges, counter, "pages of free span records given back (each reuse and "     \

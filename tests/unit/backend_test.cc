@@ -7,6 +7,7 @@
 #include <cstring>
 #include <memory>
 #include <tuple>
+#include <set>
 #include <vector>
 
 #include "backend/backend.h"
@@ -532,6 +533,47 @@ TEST_F(BackendTest, ArenasGrowFrom64MiBToTheReserveSize) {
   EXPECT_EQ(backend->check_invariants(), nullptr);
 }
 
+// The page-map leaves are mapped whole (a unit leaf is 2 MiB) and count as
+// metadata only by the pages that hold registered slots' entries, each
+// page once, however many arenas share it; an arena's slot records count
+// whole (all written).
+TEST_F(BackendTest, MetadataCountsTheLeafPagesArenasWriteOnce) {
+  backend->init(fake.get(), stats.get(), 256 * kMiB, false);
+  std::set<uintptr_t> leaf_pages;
+  uint64_t slot_records = 0;
+  // What the reservations so far write: slot records and distinct pages of
+  // the slot leaf (8 bytes per slot) and unit leaf (8 per unit).
+  auto expected = [&] {
+    leaf_pages.clear();
+    slot_records = 0;
+    for (const auto& [addr, len] : fake.reservations) {
+      const uintptr_t first = reinterpret_cast<uintptr_t>(addr) >> kSlotShift, n = len / kSlotSize;
+      slot_records += align_up(n * sizeof(SlotMeta), kOsPageSize);
+      for (uintptr_t idx = first; idx < first + n; ++idx) {
+        const uintptr_t leaf = idx >> 13, in = idx & ((uintptr_t(1) << 13) - 1);
+        leaf_pages.insert((leaf << 20) | (in * sizeof(void*) / kOsPageSize));
+        leaf_pages.insert((leaf << 20) | (1u << 19) | (in * kUnitsPerSlot * sizeof(void*) / kOsPageSize));
+      }
+    }
+    return slot_records + leaf_pages.size() * kOsPageSize;
+  };
+  std::vector<Span*> spans{backend->alloc(kUnitSize, 16)};
+  ASSERT_NE(spans[0], nullptr);
+  ASSERT_EQ(fake.reservations.size(), 1u);
+  // The arena's and span's records: one page each.
+  const uint64_t records = 2 * kOsPageSize;
+  EXPECT_EQ(st(Stat::metadata_bytes), expected() + records);
+  EXPECT_GE(st(Stat::metadata_mapped_bytes), kPageMapLeafSize * kUnitsPerSlot * sizeof(Span*));
+  for (size_t mib : {60, 100, 200, 120}) {
+    spans.push_back(backend->alloc(mib * kMiB, 16));
+    ASSERT_NE(spans.back(), nullptr);
+    EXPECT_EQ(st(Stat::metadata_bytes), expected() + records) << fake.reservations.size() << " arenas";
+  }
+  EXPECT_GE(fake.reservations.size(), 3u);
+  EXPECT_LT(st(Stat::metadata_bytes), st(Stat::metadata_mapped_bytes) / 4);
+  for (Span* s : spans) backend->release(s);
+}
+
 // Hugepage advice: none for a small heap's arena; a huge block's own slots
 // at once (once); every arena, whole, when active bytes reach the threshold,
 // and later arenas when they are reserved.
@@ -1027,6 +1069,51 @@ TEST(MetaPoolTest, GivesBackWholePagesOfFreeRecordsAboveTheKept) {
   EXPECT_EQ(fake.mapped_bytes, mapped);
   EXPECT_EQ(stats.get(Stat::metadata_purged_bytes), 0u);
   EXPECT_EQ(pool.live_records(), kRecords + chunk_left);
+}
+
+// metadata_bytes counts the pages records lie on, not the chunks mapped
+// for them (metadata_mapped_bytes): a 10 MiB program mapped 2.9 MiB of
+// metadata and wrote 150 KiB of it.  Pages of a purged run taken again
+// were counted when first carved.
+TEST(MetaPoolTest, CountsThePagesItsRecordsLieOnNotTheChunksMapped) {
+  test::FakePlatform fake;
+  Stats stats;
+  MetaPool<Span> pool;
+  constexpr size_t kPer = MetaPool<Span>::kPerPage;
+  std::vector<Span*> recs{pool.alloc(*fake.get(), &stats)};
+  EXPECT_EQ(stats.get(Stat::metadata_mapped_bytes), 256u * 1024);
+  EXPECT_EQ(stats.get(Stat::metadata_bytes), kOsPageSize);
+  while (recs.size() < 3 * kPer + 1) recs.push_back(pool.alloc(*fake.get(), &stats));
+  EXPECT_EQ(stats.get(Stat::metadata_bytes), 4 * kOsPageSize);
+  // Reused from the list: nothing new written.
+  pool.free(recs.back());
+  recs.back() = pool.alloc(*fake.get(), &stats);
+  EXPECT_EQ(stats.get(Stat::metadata_bytes), 4 * kOsPageSize);
+  // The top two whole pages of free records go back and are taken again
+  // once the chunk is used up.
+  for (size_t i = 2 * kPer; i < recs.size(); ++i) pool.free(recs[i]);
+  recs.resize(2 * kPer);
+  MetaPurge p;
+  pool.purge_collect(0, &p);
+  ASSERT_EQ(p.bytes, kOsPageSize);  // the top page holds one record, not whole
+  pool.purge_finish(p, true, &stats);
+  EXPECT_EQ(stats.get(Stat::metadata_purged_bytes), kOsPageSize);
+  const size_t chunk_records = 256 * 1024 / sizeof(Span);
+  while (pool.live_records() < chunk_records) recs.push_back(pool.alloc(*fake.get(), &stats));
+  EXPECT_EQ(stats.get(Stat::metadata_mapped_bytes), 256u * 1024);
+  EXPECT_EQ(stats.get(Stat::metadata_bytes), 256u * 1024);
+  EXPECT_EQ(stats.get(Stat::metadata_purged_bytes), 0u);
+
+  // A record larger than a page counts the pages it covers.
+  struct Big {
+    char bytes[6000];
+  };
+  Stats big_stats;
+  MetaPool<Big> big;
+  big.alloc(*fake.get(), &big_stats);
+  EXPECT_EQ(big_stats.get(Stat::metadata_bytes), 2 * kOsPageSize);
+  big.alloc(*fake.get(), &big_stats);  // 6016..12032
+  EXPECT_EQ(big_stats.get(Stat::metadata_bytes), 3 * kOsPageSize);
 }
 
 TEST(MetaPoolTest, KeepsRecordsUnderTheReserveAndRelistsThemWhenTheAdviceFails) {
