@@ -38,7 +38,10 @@ struct MetaPurge {
   size_t bytes = 0;
 };
 
-template <typename T>
+// kCountPages: a fresh chunk's pages count in metadata_bytes as records
+// are carved on them; false for records whose owner counts the pages it
+// touches (heap records: Heap::record_pages).
+template <typename T, bool kCountPages = true>
 class MetaPool {
   static constexpr size_t kRecord = (sizeof(T) + 63) & ~size_t(63);
 
@@ -82,7 +85,7 @@ class MetaPool {
     // A fresh chunk's pages count as metadata once a record lies on them
     // (purged runs were counted when first carved, and take_purged took
     // them off metadata_purged_bytes).
-    if (!bump_purged_ && bump_ > written_) {
+    if (kCountPages && !bump_purged_ && bump_ > written_) {
       char* to = reinterpret_cast<char*>(align_up(reinterpret_cast<uintptr_t>(bump_), kOsPageSize));
       if (stats) stats->add(Stat::metadata_bytes, size_t(to - written_));
       written_ = to;

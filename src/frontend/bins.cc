@@ -200,6 +200,8 @@ bool bin_enable(Heap* h, unsigned c) {
   if (!cap || h->thread_bins != tl_bins) return false;
   Block** a = h->bin_slots + kClasses.bin_offset[c];
   Block** f = a + kClasses.bin_cap_max[c];
+  const size_t at = size_t(reinterpret_cast<char*>(a) - reinterpret_cast<char*>(h));  // the record starts with h
+  heap_record_touch(h, at, at + 2 * size_t(kClasses.bin_cap_max[c]) * sizeof(Block*));
   bin.top = bin.base = a;
   bin.ftop = tl_bin_fbase[c] = f;
   bin.flimit = f;

@@ -232,6 +232,11 @@ struct Heap {
   // kBinSlots entries for the owning thread's bins, in the heap's record
   // (HeapRecord, frontend/internal.h).
   Block** bin_slots = nullptr;
+  // The pages of the heap's record (bit i: page i) counted in
+  // metadata_bytes: the heap's own, then those its classes' stacks lie on,
+  // from each class's first use by a thread of the heap (bin_enable).
+  // Written by the thread that holds the heap.
+  uint32_t record_pages = 0;
   // The owning thread's bins (its thread-local tl_bins and tl_bin_fbase),
   // for a collector (bins_take_idle); null when no thread owns the heap.
   // Written with the heap held.

@@ -44,11 +44,19 @@ extern constinit Heap g_empty_heap;  // tl_heap of a thread that has none
 
 // A heap and the slots of its thread's bins, allocated together.  The
 // record comes zero-filled and only the heap is constructed, so a slot page
-// is touched only once a class on it is used.
-struct HeapRecord {
+// is touched only once a class on it is used: page-aligned, so that its
+// pages are its own and count as metadata as they are touched
+// (Heap::record_pages).
+struct alignas(kOsPageSize) HeapRecord {
   Heap heap;
   Block* bin_slots[kBinSlots];
 };
+
+static_assert(sizeof(HeapRecord) / kOsPageSize <= 32, "Heap::record_pages has a bit per page");
+
+// Counts in metadata_bytes the pages of h's record that [from, to) (bytes
+// from the record's start) lies on and that were not counted yet.
+void heap_record_touch(Heap* h, size_t from, size_t to);
 
 struct Global {
   Stats stats;
@@ -57,7 +65,7 @@ struct Global {
   BackgroundPurger background;
   Releaser releaser;
   Discardable discard;
-  MetaPool<HeapRecord> heap_records;
+  MetaPool<HeapRecord, false> heap_records;  // pages counted by the heaps (record_pages)
   Mutex heaps_lock;
   Mutex collect_lock;  // one collector of heaps at a time (heaps_claim)
   Heap* all_heaps = nullptr;

@@ -143,6 +143,15 @@ Heap* heap_on_demand(Heap* h) {
   return got ? got : h;
 }
 
+void heap_record_touch(Heap* h, size_t from, size_t to) {
+  uint32_t pages = 0;
+  for (size_t pg = from / kOsPageSize; pg * kOsPageSize < to; ++pg) pages |= uint32_t(1) << pg;
+  const uint32_t fresh = pages & ~h->record_pages;
+  if (!fresh) return;
+  h->record_pages |= fresh;
+  g.stats.add(Stat::metadata_bytes, uint64_t(__builtin_popcount(fresh)) * kOsPageSize);
+}
+
 Heap* heap_for_thread() {
   lm_init();
   Heap* h = nullptr;
@@ -159,6 +168,7 @@ Heap* heap_for_thread() {
       if (!r) return nullptr;
       h = new (&r->heap) Heap();
       h->bin_slots = r->bin_slots;
+      heap_record_touch(h, 0, sizeof(Heap));
       h->owner = uint8_t(1 + g.heaps_made++ % kOwners);
       if (g_secure) h->rng = g_platform->random(g_platform->ctx) | 1;
       h->next_all = g.all_heaps;

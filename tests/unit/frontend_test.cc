@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstddef>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -425,6 +426,71 @@ TEST(ThreadCache, AShortThreadTakesAndReturnsAFewObjects) {
   // Only the class it used has a bin set up (the exit disables it again).
   EXPECT_EQ(bins_set_up, 1u);
   lm_free(got);
+  lm_thread_collect();
+  EXPECT_EQ(lm_check_invariants(), nullptr);
+}
+
+// A heap's record (46 KiB: the heap, and its thread's bins' stacks for
+// every class) counts as metadata by the pages its thread touched: the
+// heap's, then those of each class's stacks at the class's first use; a
+// thread that adopts the pooled heap counts nothing again.  64 threads that
+// each used a class or two counted 12 pages each before (the whole record).
+TEST(ThreadCache, AHeapRecordCountsThePagesItsThreadTouched) {
+  auto pages_of = [](size_t from, size_t to) {
+    uint32_t bits = 0;
+    for (size_t pg = from / kOsPageSize; pg * kOsPageSize < to; ++pg) bits |= uint32_t(1) << pg;
+    return bits;
+  };
+  const size_t slots_at = offsetof(detail::HeapRecord, bin_slots);
+  auto class_pages = [&](unsigned c) {
+    const size_t at = slots_at + bin_slot_offset(c) * sizeof(void*);
+    return pages_of(at, at + 2 * size_t(bin_cap_max(c)) * sizeof(void*));
+  };
+  const unsigned mid = size_class(2048), big = size_class(kCachedMax);
+  // The thread may have a fresh heap or adopt one that other tests' threads
+  // used: what is checked is what each new use adds.
+  uint32_t start = 0, after_mid = 0, after_big = 0, adopted = 0;
+  uint64_t grew_mid = 0, grew_big = 0;
+  Heap* first = nullptr;
+  std::thread([&] {
+    lm_free(lm_malloc(16));
+    first = detail::tl_heap;
+    start = first->record_pages;
+    uint64_t before = stat("metadata_bytes");
+    lm_free(lm_malloc(2048));
+    after_mid = first->record_pages;
+    grew_mid = stat("metadata_bytes") - before;
+    before = stat("metadata_bytes");
+    lm_free(lm_malloc(kCachedMax));
+    after_big = first->record_pages;
+    grew_big = stat("metadata_bytes") - before;
+  }).join();
+  EXPECT_EQ(start & pages_of(0, sizeof(Heap)), pages_of(0, sizeof(Heap)));
+  EXPECT_EQ(after_mid, start | class_pages(mid));
+  EXPECT_EQ(after_big, after_mid | class_pages(big));
+  EXPECT_LT(sizeof(detail::HeapRecord), 13 * kOsPageSize);
+  // Each class's new pages, and at most a page of span records for its
+  // span.
+  const uint64_t mid_new = uint64_t(__builtin_popcount(after_mid & ~start)) * kOsPageSize;
+  const uint64_t big_new = uint64_t(__builtin_popcount(after_big & ~after_mid)) * kOsPageSize;
+  EXPECT_GE(grew_mid, mid_new);
+  EXPECT_LE(grew_mid, mid_new + kOsPageSize);
+  EXPECT_GE(grew_big, big_new);
+  EXPECT_LE(grew_big, big_new + kOsPageSize);
+  // The next thread adopts the pooled heap (the pool is LIFO), touches
+  // nothing new and counts nothing again.
+  Heap* second = nullptr;
+  uint64_t grew_adopted = 0;
+  std::thread([&] {
+    const uint64_t before = stat("metadata_bytes");
+    lm_free(lm_malloc(2048));
+    second = detail::tl_heap;
+    adopted = second->record_pages;
+    grew_adopted = stat("metadata_bytes") - before;
+  }).join();
+  ASSERT_EQ(second, first) << "the pool hands out the heap pooled last";
+  EXPECT_EQ(adopted, after_big);
+  EXPECT_LE(grew_adopted, kOsPageSize);  // at most a span record page
   lm_thread_collect();
   EXPECT_EQ(lm_check_invariants(), nullptr);
 }
