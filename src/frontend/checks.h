@@ -211,6 +211,19 @@ inline bool span_dormant(const Span* s, size_t i) {
          (__atomic_load_n(&s->purged[group / 64], __ATOMIC_RELAXED) >> (group % 64)) & 1;
 }
 
+// s->check_limit as the frees read it (carving, purging and reviving store
+// it atomically, relaxed).  On x86 a plain load, the same instruction,
+// which GCC then folds into the 32-bit compare with the index (an object's
+// index fits: p lies in the span's units): one instruction less per free.
+// Under TSan, which must see it, and elsewhere, an atomic load.
+LM_INLINE uint32_t check_limit_of(const Span* s) {
+#if defined(__x86_64__) && !defined(__SANITIZE_THREAD__)
+  return s->check_limit;
+#else
+  return __atomic_load_n(&s->check_limit, __ATOMIC_RELAXED);
+#endif
+}
+
 // The precise test of an object at or above the span's check_limit
 // (checks.cc): aborts if it was never carved or is dormant.
 LM_FAILURE_PATH void check_above_limit(const char* fn, const Span* s, size_t i, void* p);
@@ -220,7 +233,7 @@ LM_FAILURE_PATH void check_above_limit(const char* fn, const Span* s, size_t i, 
 // carry its tag.  Below check_limit the first two hold.
 inline void check_live(const char* fn, const Span* s, size_t i, void* p) {
   if constexpr (kChecks) {
-    if (LM_UNLIKELY(i >= __atomic_load_n(&s->check_limit, __ATOMIC_RELAXED))) check_above_limit(fn, s, i, p);
+    if (LM_UNLIKELY(uint32_t(i) >= check_limit_of(s))) check_above_limit(fn, s, i, p);
     if (LM_UNLIKELY(has_free_tag(p))) lm_invalid_pointer(fn, p, "double free (already freed)");
   }
 }

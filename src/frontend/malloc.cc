@@ -99,7 +99,7 @@ void lm_free(void* p) {
     // A carved object that does not carry its tag (separate branches:
     // cheaper than combining the tests).
     // check_limit: carved, and not in a purged page (span_purge.cc).
-    if (LM_UNLIKELY(pos.index >= __atomic_load_n(&s->check_limit, __ATOMIC_RELAXED))) return free_failed(p, s);
+    if (LM_UNLIKELY(uint32_t(pos.index) >= check_limit_of(s))) return free_failed(p, s);
     uintptr_t tag = free_tag(p);
     if (LM_UNLIKELY(tag_word(p) == tag)) return free_failed(p, s);
     tag_word(p) = tag;
