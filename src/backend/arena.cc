@@ -34,11 +34,11 @@ void* Backend::map_leaf(size_t bytes) {
   return p;
 }
 
-// Whether no registered slot has its entries on the page of `leaf` (a slot
-// leaf) that holds slot idx's entries of a leaf whose pages hold `per_page`
-// slots' entries each (the slot leaf itself, or its unit leaf).
-static bool leaf_page_unwritten(SlotMeta* const* leaf, uintptr_t idx, size_t per_page, size_t leaf_size) {
-  size_t first = (idx & (leaf_size - 1)) & ~(per_page - 1);
+// Whether none of the `per_page` slots that share a leaf page with slot
+// `in` (its index in slot leaf `leaf`) is registered: a page of the slot
+// leaf holds 512 slots' entries, one of the unit leaf 16 slots'.
+static bool leaf_page_unwritten(SlotMeta* const* leaf, size_t in, size_t per_page) {
+  size_t first = in & ~(per_page - 1);
   for (size_t j = first; j < first + per_page; ++j)
     if (leaf[j]) return false;
   return true;
@@ -90,7 +90,7 @@ bool Backend::register_arena(Arena* a) {
       return false;  // (nothing counted: `written` is added on success)
     }
     for (size_t per_page : {kSlotsPerLeafPage, kSlotsPerUnitLeafPage})
-      if (leaf_page_unwritten(leaf, idx, per_page, kLeafSize)) written += kOsPageSize;
+      if (leaf_page_unwritten(leaf, idx & (kLeafSize - 1), per_page)) written += kOsPageSize;
     leaf[idx & (kLeafSize - 1)] = &a->slots[i];
     a->slots[i].unit_span = unit_leaf + (idx & (kLeafSize - 1)) * kUnitsPerSlot;
   }
