@@ -277,10 +277,10 @@ void Backend::take_unit_slot(SlotMeta* head) {
 // The last slot of the largest free run (the top of the newest arena, as
 // a rule), carved from it: sparse slots gather there, away from the slots
 // that the other spans fill from the bottom (best fit, address order).
-SlotMeta* Backend::take_top_slot() {
+SlotMeta* Backend::take_run_end(bool top) {
   if (!bin_mask_) return nullptr;
   SlotMeta* head = bins_[63 - __builtin_clzll(bin_mask_)];
-  SlotMeta* m = head + (head->run_len - 1);
+  SlotMeta* m = top ? head + (head->run_len - 1) : head;
   carve_run(head, m, 1);
   return m;
 }
@@ -321,19 +321,27 @@ Span* Backend::alloc_units(unsigned n, bool fresh_slot, bool may_grow, bool stra
     }
   }
   if (!placed) {
-    slot = sparse ? take_top_slot() : take_free_run(1);
+    // A free slot, carved: a sparse span's at the top of the largest free
+    // run, a growing block's at its bottom (the rest of the run is its room
+    // to grow in place, and a block that grew there and was freed leaves
+    // that run's bottom resident for the next), any other run's the
+    // smallest fit.
+    auto take_slot = [&]() -> SlotMeta* {
+      if (sparse || fresh_slot) return take_run_end(sparse);
+      SlotMeta* head = take_free_run(1);
+      if (head) carve_run(head, head, 1);
+      return head;
+    };
+    slot = take_slot();
     if (!slot && !fresh_slot && choose_any_owner(n, sparse, &m, &idx)) {
       stats_->add(Stat::foreign_slot_runs, 1);
       placed = true;
     } else if (!slot) {
       if (!may_grow || !add_arena(1, kSlotSize)) return nullptr;
-      slot = sparse ? take_top_slot() : take_free_run(1);
+      slot = take_slot();
       if (!slot) return nullptr;
     }
-    if (slot) {
-      if (!sparse) carve_run(slot, slot, 1);
-      idx = 0;
-    }
+    if (slot) idx = 0;
   }
   if (slot) {
     take_unit_slot(slot);

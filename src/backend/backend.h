@@ -224,7 +224,8 @@ class Backend {
   // when `align` > kUnitSize) aligned to `align`.  Sets span->zero when every
   // byte is known to read as zero.  nullptr when out of memory.  `growing`
   // (a block moved by realloc) puts a large block at the start of a fresh
-  // slot, where it can grow in place and become huge without a copy.
+  // slot, the first of the largest free run, where it can grow in place,
+  // become huge and grow on past its slot without a copy or a move.
   // `may_grow` false: fail rather than reserve a new arena (the caller first
   // waits for address space in release, see purge/release.h).
   // `give_back`: a list of unit runs (no huge block), chained by Span::next
@@ -416,7 +417,8 @@ class Backend {
   // kOwners is taken as 0.
   Span* alloc_units(unsigned n, bool fresh_slot, bool may_grow, bool straddle, bool sparse, unsigned owner,
                     bool claims, Span* rec);
-  SlotMeta* take_top_slot();             // the last slot of the largest free run, carved
+  // The last (`top`) or first slot of the largest free run, carved.
+  SlotMeta* take_run_end(bool top);
   void advise_slot_sparse(SlotMeta* m);  // MADV_NOHUGEPAGE once (hugepages on)
   void advise_slot_dense(SlotMeta* m);   // back to the arenas' advice
   void release_units(Span* s, bool contents_gone, uint64_t now);  // a unit run; the record stays

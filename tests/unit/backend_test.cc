@@ -485,6 +485,37 @@ TEST_F(BackendTest, LargeBlocksResizeInPlaceAndBecomeHugeWithoutMoving) {
   EXPECT_EQ(m.retained + m.lazy + m.clean, m.reserved);
 }
 
+// A growing block (one realloc moved into the large range) opens the
+// bottom slot of the largest free run, not the smallest hole that fits: the
+// run's rest is its room to grow in place past its slot.  Freed, it merges
+// back into that run, resident, and the next growing block starts there
+// again (realloc-grow: no mremap, no fresh page each cycle).
+TEST_F(BackendTest, AGrowingBlockOpensTheBottomOfTheLargestFreeRunAndTheNextOneReusesIt) {
+  Span* hole = backend->alloc(2 * kMiB, 16);  // one slot
+  Span* wall = backend->alloc(2 * kMiB, 16);
+  ASSERT_EQ(wall->start, hole->start + 2 * kMiB);
+  backend->release(hole);  // a free run of one slot, before a used one
+  Span* small = backend->alloc(300 * 1024, 16);  // not growing: the smallest fit
+  EXPECT_EQ(small->start, hole->start);
+  backend->release(small);
+  Span* l = backend->alloc(300 * 1024, 16, /*growing=*/true);
+  ASSERT_EQ(l->kind, SpanKind::kLarge);
+  char* where = l->start;
+  EXPECT_EQ(where, wall->start + 2 * kMiB);  // past the wall: the largest run's bottom
+  EXPECT_TRUE(backend->resize(l, 5 * kMiB));  // promoted, then grown in place
+  EXPECT_EQ(l->start, where);
+  backend->release(l);
+  Span* again = backend->alloc(300 * 1024, 16, /*growing=*/true);
+  EXPECT_EQ(again->start, where);
+  EXPECT_FALSE(again->zero);  // the freed block's resident slot
+  EXPECT_TRUE(backend->resize(again, 5 * kMiB));
+  EXPECT_EQ(again->start, where);
+  backend->release(again);
+  backend->release(wall);
+  MemoryState m = backend->memory_state();
+  EXPECT_EQ(m.active, 0u);
+}
+
 TEST_F(BackendTest, NewArenasWhenFullAndENOMEMWhenTheKernelSaysNo) {
   Span* big = backend->alloc(60 * kMiB, 16);
   ASSERT_NE(big, nullptr);
