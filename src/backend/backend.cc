@@ -285,10 +285,11 @@ SlotMeta* Backend::take_run_end(bool top) {
   return m;
 }
 
-// A sparse slot's advice: MADV_NOHUGEPAGE, once, whatever the arenas'
-// (admit may advise them all later: advise_arenas_huge re-advises sparse
-// slots after).  No advice at all with hugepages off.
-void Backend::advise_slot_sparse(SlotMeta* m) {
+// MADV_NOHUGEPAGE for one slot, once, whatever the arenas' (admit may
+// advise them all later: advise_arenas_huge re-advises such slots after):
+// a sparse slot's, and a growing block's slot while it is all CLEAN.  No
+// advice at all with hugepages off.
+void Backend::advise_slot_nohuge(SlotMeta* m) {
   if (!hugepages_ || m->nohuge) return;
   platform_->advise_hugepage(platform_->ctx, reinterpret_cast<void*>(m->base), kSlotSize, false);
   m->nohuge = true;
@@ -347,7 +348,14 @@ Span* Backend::alloc_units(unsigned n, bool fresh_slot, bool may_grow, bool stra
     take_unit_slot(slot);
     slot->owner = uint8_t(opens_as);
     slot->sparse = sparse;
-    if (sparse) advise_slot_sparse(slot); else advise_slot_dense(slot);
+    // A growing block opens a slot of its own, where it may stay small: on
+    // a CLEAN slot the arenas' hugepage advice would fault in 2 MiB for it
+    // (100 blocks realloc'ed to 300 KiB held 2 MiB each).  The advice comes
+    // back if it becomes huge (resize: advise_slots_huge).  A slot with
+    // resident units keeps its pages, and its advice (realloc-grow reuses
+    // one each cycle: no madvise).
+    bool small_pages = sparse || (fresh_slot && !(slot->retained | slot->lazy));
+    if (small_pages) advise_slot_nohuge(slot); else advise_slot_dense(slot);
     m = slot;
   }
   Span* s = span_record(rec);

@@ -419,7 +419,7 @@ class Backend {
                     bool claims, Span* rec);
   // The last (`top`) or first slot of the largest free run, carved.
   SlotMeta* take_run_end(bool top);
-  void advise_slot_sparse(SlotMeta* m);  // MADV_NOHUGEPAGE once (hugepages on)
+  void advise_slot_nohuge(SlotMeta* m);  // MADV_NOHUGEPAGE once (hugepages on)
   void advise_slot_dense(SlotMeta* m);   // back to the arenas' advice
   void release_units(Span* s, bool contents_gone, uint64_t now);  // a unit run; the record stays
   // The partial slot and first unit for a run of `n` units (see

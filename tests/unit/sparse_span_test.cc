@@ -111,6 +111,48 @@ TEST_F(SparseBackend, ArenaAdviceKeepsSparseSlotsOffHugepages) {
   EXPECT_EQ(backend->check_invariants(), nullptr);
 }
 
+// Whether the fake recorded any hugepage advice (either way) for the slot
+// at `base` since record `from`.
+bool advised_since(const test::FakePlatform& f, size_t from, uintptr_t base) {
+  for (size_t i = from; i < f.hugepage_advice.size(); ++i) {
+    const auto& h = f.hugepage_advice[i];
+    uintptr_t a = reinterpret_cast<uintptr_t>(h.addr);
+    if (a <= base && base < a + h.len) return true;
+  }
+  return false;
+}
+
+// A growing block (one realloc moved into the large range) opens a slot of
+// its own, which gets no hugepage while it is CLEAN: under the arenas'
+// advice each such block of 300 KiB held 2 MiB.  Promoted to a huge block,
+// it gets the slot's advice back; a growing block that opens the same slots
+// again, resident, makes no madvise (realloc-grow: one such cycle after
+// another).
+TEST_F(SparseBackend, AGrowingBlocksSlotGetsNoHugepageWhileClean) {
+  Span* plain = backend->alloc(300 * 1024, 16);  // a slot others may share: no advice of its own
+  ASSERT_NE(plain, nullptr);
+  EXPECT_FALSE(advised_nohuge(fake, slot_of(plain->start)));
+  Span* g = backend->alloc(300 * 1024, 16, /*growing=*/true);
+  ASSERT_NE(g, nullptr);
+  EXPECT_NE(slot_of(g->start), slot_of(plain->start));
+  EXPECT_TRUE(advised_nohuge(fake, slot_of(g->start)));
+  size_t from = fake.hugepage_advice.size();
+  ASSERT_TRUE(backend->resize(g, 3 * kMiB));  // promoted, then grown into the next slot
+  EXPECT_TRUE(advised_since(fake, from, slot_of(g->start)));
+  EXPECT_TRUE(fake.hugepage_advice.back().huge);
+  char* where = g->start;
+  backend->release(g);
+  from = fake.hugepage_advice.size();
+  Span* again = backend->alloc(300 * 1024, 16, /*growing=*/true);
+  ASSERT_NE(again, nullptr);
+  ASSERT_EQ(again->start, where);
+  ASSERT_TRUE(backend->resize(again, 3 * kMiB));
+  EXPECT_EQ(fake.hugepage_advice.size(), from);
+  backend->release(again);
+  backend->release(plain);
+  EXPECT_EQ(backend->check_invariants(), nullptr);
+}
+
 // ---- frontend, over the process-wide allocator
 
 constexpr uint64_t kSecond = 1000000000;
