@@ -274,9 +274,11 @@ void Backend::take_unit_slot(SlotMeta* head) {
   head->purging = 0;
 }
 
-// The last slot of the largest free run (the top of the newest arena, as
-// a rule), carved from it: sparse slots gather there, away from the slots
-// that the other spans fill from the bottom (best fit, address order).
+// The last (`top`) or the first slot of the largest free run (as a rule,
+// the newest arena's free top), carved from it.  Sparse slots gather at its
+// top, away from the slots that the other spans fill from the bottom (best
+// fit, address order); a growing block takes its first slot, with the rest
+// of the run above it to grow into (alloc_units).
 SlotMeta* Backend::take_run_end(bool top) {
   if (!bin_mask_) return nullptr;
   SlotMeta* head = bins_[63 - __builtin_clzll(bin_mask_)];
