@@ -24,7 +24,8 @@ inline uint32_t bin_count(const Bin& bin, unsigned c) {
 
 // Idle bins (bin_event): every kBinIdleEvents refills and overflows of a
 // thread, a bin that has not changed since the last look (the same stack
-// tops, and no refill or overflow of its class) goes back to its spans,
+// tops, and no refill or overflow of its class), at as many looks in a row
+// as its class's patience asks (IdleState, below), goes back to its spans,
 // and its class's empty current span to the backend (class_idle), so a
 // thread that moved on to other sizes keeps neither.  64, not 256 (issue
 // #16: batch, whose ~20 classes each kept a span and a cache between its
@@ -35,7 +36,8 @@ inline uint32_t bin_count(const Bin& bin, unsigned c) {
 // growth looks walk only the bins set up (tl_bins_on), so that four times
 // as many cost about what they did.
 inline constexpr uint32_t kBinIdleEvents = 16;
-__attribute__((tls_model("initial-exec"))) thread_local uint64_t tl_bin_seen[kSmallClasses];
+// Each bin's fingerprint at the last look (bin_fingerprint).
+__attribute__((tls_model("initial-exec"))) thread_local uint32_t tl_bin_seen[kSmallClasses];
 __attribute__((tls_model("initial-exec"))) thread_local uint32_t tl_bin_events;
 // Bytes of each bin last published in the heap's cache_bytes.
 __attribute__((tls_model("initial-exec"))) thread_local uint32_t tl_bin_bytes[kSmallClasses];
@@ -58,10 +60,35 @@ inline bool bin_holds(unsigned c) { return bin_count(tl_bins[c], c) != 0 || tl_b
 // grows no further.
 inline constexpr uint32_t kBinGrowMisses = 4;
 inline constexpr uint32_t kBinGrowEvents = 256;
-// Whether class c made a refill or overflow since the last look: a bin
-// whose every event is a refill (a phase that only allocates) is back at
-// the same stack top at each look, and is not idle.
-__attribute__((tls_model("initial-exec"))) thread_local bool tl_bin_active[kSmallClasses];
+// Each class's idle state, a byte (the thread's static TLS block is
+// touched by every thread: a bigger one cost mleak's short threads a page
+// fault each).  `active`: the class made a refill or overflow since the
+// last look (a bin whose every event is a refill, a phase that only
+// allocates, is back at the same stack top at each look, and is not idle).
+// Idle patience: a bin goes back once found unchanged at 1 << `patience`
+// looks in a row (`quiet` counts them), at first one.  A class that comes
+// back (a refill or an overflow) within as many looks as it waited went
+// back too soon (a false idle: its cache refilled, its current span taken
+// anew, a sparse span's pages faulted in again), and its patience doubles,
+// up to kBinPatienceMax (4 looks); one that stays away more than twice as
+// long halves it.  `idled`: the bin went back at look tl_bin_idled_look
+// (modulo 256) and its class has not been back since.  Why: `mixed`
+// (sizes to 256 KiB, the larger classes used once in a few hundred
+// allocations) flushed its 640 B-32 KiB classes as idle at a third of their
+// refills and overflows, 250,000 flushes in a 2 s run; `batch`, whose
+// classes come back after more looks than they waited, keeps the patience
+// of one look that its peak RSS needs (issue #16).
+struct IdleState {
+  uint8_t active : 1;
+  uint8_t idled : 1;
+  uint8_t patience : 2;
+  uint8_t quiet : 3;
+};
+inline constexpr unsigned kBinPatienceMax = 2;
+inline constexpr unsigned kBinQuietMax = 7;
+static_assert(1u << kBinPatienceMax <= kBinQuietMax);
+__attribute__((tls_model("initial-exec"))) thread_local IdleState tl_bin_idle[kSmallClasses];
+__attribute__((tls_model("initial-exec"))) thread_local uint8_t tl_bin_idled_look[kSmallClasses];
 static_assert(kBinGrowEvents % kBinIdleEvents == 0);
 __attribute__((tls_model("initial-exec"))) thread_local uint8_t tl_bin_misses[kSmallClasses];
 // The classes whose bins are set up (bin_enable), for thread exit.
@@ -103,11 +130,12 @@ void bin_shrink(unsigned c, uint32_t held = 0) {
 // its cache flushed, a grown bin put back to bin_cap, its misses again);
 // the objects on top changed meanwhile.  REQUIRES the heap held (no
 // collector moves the stacks).
-inline uint64_t bin_fingerprint(const Bin& b, unsigned c) {
+// Folded to 32 bits (TLS: tl_bin_seen).
+inline uint32_t bin_fingerprint(const Bin& b, unsigned c) {
   uint64_t f = reinterpret_cast<uintptr_t>(b.top) ^ (reinterpret_cast<uintptr_t>(b.ftop) << 1);
   if (b.top > b.base) f ^= reinterpret_cast<uintptr_t>(b.top[-1]) << 2;
   if (b.ftop > tl_bin_fbase[c]) f ^= reinterpret_cast<uintptr_t>(b.ftop[-1]) << 3;
-  return f;
+  return uint32_t(f ^ (f >> 32));
 }
 
 // REQUIRES h held.  A bin's bytes are now `bytes`: the heap's cache_bytes
@@ -209,6 +237,8 @@ bool bin_enable(Heap* h, unsigned c) {
   bin_set_cap(c, cap);
   tl_bin_misses[c] = 0;
   tl_bin_seen[c] = 0;
+  tl_bin_idle[c].quiet = 0;
+  tl_bin_idle[c].idled = 0;
   tl_bins_on |= uint64_t(1) << c;
   return true;
 }
@@ -323,7 +353,19 @@ void bin_warm(unsigned c) { bin_grow(c, kClasses.bin_cap[c]); }
 // malloc marks (tl_bin_mallocs).
 void bin_event(Heap* h, unsigned c, bool miss) {
   if (miss && tl_bin_misses[c] < 255) ++tl_bin_misses[c];
-  tl_bin_active[c] = true;
+  IdleState& idle = tl_bin_idle[c];
+  idle.active = 1;
+  if (idle.idled) {
+    // Back after an idle flush: was it too soon?
+    idle.idled = 0;
+    const unsigned looks = uint8_t(tl_bin_events / kBinIdleEvents - tl_bin_idled_look[c]);
+    const unsigned waited = 1u << idle.patience;
+    if (looks <= waited) {
+      if (idle.patience < kBinPatienceMax) ++idle.patience;
+    } else if (looks > 2 * waited && idle.patience != 0) {
+      --idle.patience;
+    }
+  }
   if (++tl_bin_events % kBinIdleEvents != 0) return;
   const bool grow = tl_bin_events % kBinGrowEvents == 0;
   bool pending = false;
@@ -340,18 +382,31 @@ void bin_event(Heap* h, unsigned c, bool miss) {
         tl_bin_misses[k] = 0;
         if (tl_bin_mallocs[k]) --tl_bin_mallocs[k];
       }
-      const bool active = tl_bin_active[k];
-      tl_bin_active[k] = false;
+      IdleState& idle = tl_bin_idle[k];
+      const bool active = idle.active;
+      idle.active = 0;
       if (!bin.flimit) continue;
-      uint64_t seen = bin_fingerprint(bin, k);
-      if (seen == tl_bin_seen[k] && !active) {
+      uint32_t seen = bin_fingerprint(bin, k);
+      const bool quiet = seen == tl_bin_seen[k] && !active;
+      if (!quiet) {
+        idle.quiet = 0;
+      } else if (idle.quiet < kBinQuietMax) {
+        ++idle.quiet;
+      }
+      if (quiet && idle.quiet >= 1u << idle.patience) {
+        bool idled = false;
         if (bin_count(bin, k) != 0) {
           pending |= bin_flush_held(h, k, 0);
           heap_count(h, HeapStat::cache_idle_flushes);
           bin_shrink(k);  // (empty now)
           seen = bin_fingerprint(bin, k);
+          idled = true;
         }
-        class_idle(h, k);
+        idled |= class_idle(h, k);
+        if (idled) {
+          idle.idled = 1;
+          tl_bin_idled_look[k] = uint8_t(tl_bin_events / kBinIdleEvents);
+        }
       } else if (grow && misses >= kBinGrowMisses && tl_bin_cap[k] < kClasses.bin_cap_max[k]) {
         bin_grow(k, kClasses.bin_cap_max[k]);
       }

@@ -260,8 +260,8 @@ inline uint32_t list_take(Span* s, Block** out, uint32_t want) {
 void list_expand(Span* s, Block* head);
 // Heap h's thread stopped using class c (its cache went back idle,
 // bin_event): the class's current span goes back to the backend if it is
-// empty.  REQUIRES h held.
-void class_idle(Heap* h, unsigned c);
+// empty; true if it went.  REQUIRES h held.
+bool class_idle(Heap* h, unsigned c);
 
 // ---- free pages inside spans (span_purge.cc)
 

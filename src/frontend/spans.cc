@@ -290,17 +290,19 @@ void queue_changed(Heap* h, unsigned c) {
 
 // The current span is the one an empty span of the class stays as (the
 // phantom: move_head_ref); once the thread has left the class (its cache
-// unchanged for 64 slow-path events and flushed, bin_event), nothing
+// found unchanged at its idle looks and flushed, bin_event), nothing
 // oscillates there, and the span's units serve other classes and heaps
 // instead of staying with it until the collector finds the whole thread
 // quiet (issue #16: batch, whose ~20 classes each kept a current span
 // touched whole, 1.3 MiB, against glibc's one heap for all sizes).
-void class_idle(Heap* h, unsigned c) {
+bool class_idle(Heap* h, unsigned c) {
   Span* s = h->head_ref[c];
-  if (!s || s->used != 1) return;
+  if (!s || s->used != 1) return false;
   move_head_ref(h, c, nullptr);
   queue_changed(h, c);
-  if (h->head_ref[c] != s) h->stats.inc(HeapStat::idle_class_spans_released);
+  if (h->head_ref[c] == s) return false;
+  h->stats.inc(HeapStat::idle_class_spans_released);
+  return true;
 }
 
 namespace {

@@ -824,6 +824,40 @@ TEST(Batches, AnIdleClassGoesBackWithin32OfTheThreadsRefillsAndOverflows) {
   EXPECT_EQ(lm_check_invariants(), nullptr);
 }
 
+// Idle patience (bins.cc): a class that comes back within the looks it
+// waited before its idle flush waits twice as many looks before the next;
+// one that stays away more than twice as long waits half as many again.
+// `mixed` flushed its 5-32 KiB classes as idle at a third of their refills
+// and overflows (issue #16); on main every flush came after one unchanged
+// look, so the second flush below came within 32 events.
+TEST(ThreadCache, AClassBackSoonAfterAnIdleFlushWaitsLongerForTheNext) {
+  std::thread([] {
+    constexpr size_t kSize = 720;
+    std::vector<void*> b;
+    // The class's bin holds an object, and goes back after one unchanged look.
+    auto use_class = [] { lm_free(lm_malloc(kSize)); };
+    use_class();
+    uint64_t idle0 = stat("cache_idle_flushes");
+    make_slow_path_events(b, 32);
+    ASSERT_EQ(stat("cache_idle_flushes") - idle0, 1u) << "a first idle flush after one unchanged look";
+    // Back at once (a refill: the flush emptied the bin): two looks now.
+    use_class();
+    idle0 = stat("cache_idle_flushes");
+    make_slow_path_events(b, 32);
+    EXPECT_EQ(stat("cache_idle_flushes"), idle0) << "flushed again after one look";
+    make_slow_path_events(b, 16);
+    EXPECT_EQ(stat("cache_idle_flushes") - idle0, 1u) << "not flushed after two unchanged looks";
+    // Away for eight looks, more than twice the two it waited: one look again.
+    make_slow_path_events(b, 8 * 16);
+    use_class();
+    idle0 = stat("cache_idle_flushes");
+    make_slow_path_events(b, 32);
+    EXPECT_EQ(stat("cache_idle_flushes") - idle0, 1u) << "the patience did not come down";
+    for (void* p : b) lm_free(p);
+  }).join();
+  EXPECT_EQ(lm_check_invariants(), nullptr);
+}
+
 // A class in use whose mallocs and frees balance between two looks (served
 // by trades: no refill or overflow) may leave its stack tops where the last
 // look saw them; the objects on top tell it apart from an idle one.  With
