@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <numeric>
 #include <thread>
 #include <vector>
 
@@ -169,6 +170,7 @@ class Phases final : public Workload {
         {"phase_mib", static_cast<double>(total_) / (1024.0 * 1024.0)},
         {"first_phase_ms", phase_ms.front()},
         {"max_phase_ms", *std::max_element(phase_ms.begin(), phase_ms.end())},
+        {"all_phases_ms", std::accumulate(phase_ms.begin(), phase_ms.end(), 0.0)},
         {"baseline_held_mib", mib(baseline.held_kib())},
         {"held_after_free_mib", mib(after_last_free.held_kib())},
         {"peak_held_mib", mib(peak_held)},

@@ -150,7 +150,13 @@ Arena* Backend::add_arena(size_t min_slots, size_t align) {
   }
   stats_->add(Stat::metadata_mapped_bytes, meta_bytes);
   stats_->add(Stat::metadata_bytes, meta_bytes);  // every record written above
-  if (huge_arenas_) platform_->advise_hugepage(platform_->ctx, p, want, true);
+  if (huge_arenas_) {
+    // Advised with the others; fresh address space, which `reuse_only`
+    // keeps on 4 KiB pages (whole: one call, no split).
+    bool fresh_small = reuse_only();
+    platform_->advise_hugepage(platform_->ctx, p, want, !fresh_small);
+    for (size_t i = 0; i < nslots; ++i) a->slots[i].nohuge = fresh_small;
+  }
   a->next = arenas_;
   arenas_ = a;
   stats_->add(Stat::arenas, 1);

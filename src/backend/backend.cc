@@ -12,11 +12,23 @@
 
 namespace lazymalloc {
 
-void Backend::init(const Platform* platform, Stats* stats, size_t arena_reserve, bool hugepages) {
+void Backend::init(const Platform* platform, Stats* stats, size_t arena_reserve, unsigned hugepages) {
   platform_ = platform;
   stats_ = stats;
   arena_reserve_ = align_up(arena_reserve < 2 * kSlotSize ? 2 * kSlotSize : arena_reserve, kSlotSize);
-  hugepages_ = hugepages;
+  hugepages_ = hugepages != kHugepagesOff;
+  huge_mode_ = uint8_t(hugepages > unsigned(kHugepagesAuto) ? unsigned(kHugepagesAuto) : hugepages);
+  if (huge_mode_ == kHugepagesReused) stats_->set(Stat::hugepage_reuse_only, 1);
+}
+
+// Asked only where advice is being decided (a huge block, the arenas'
+// advice), so a program that never gets there never reads sysfs.
+bool Backend::reuse_only() {
+  if (huge_mode_ == kHugepagesAuto) {
+    huge_mode_ = platform_->host_reports_free_pages(platform_->ctx) ? kHugepagesReused : kHugepagesOn;
+    stats_->set(Stat::hugepage_reuse_only, huge_mode_ == kHugepagesReused);
+  }
+  return huge_mode_ == kHugepagesReused;
 }
 
 Span* Backend::new_span() { return spans_.alloc(*platform_, stats_); }
@@ -52,6 +64,7 @@ void Backend::pages_sub(Stat s, uint64_t n) {
 
 // Moves the units in `mask` (all free) from their page state to active.
 void Backend::account_take(SlotMeta* m, uint32_t mask) {
+  m->touched = true;
   uint32_t purged = mask & ~m->retained;
   if (purged && m->purged_ns) {
     // Reuse after a purge: the policy judges whether it came too early.
@@ -299,9 +312,10 @@ void Backend::advise_slot_nohuge(SlotMeta* m) {
 }
 
 // A slot of other spans that was advised MADV_NOHUGEPAGE on its own gets
-// the arenas' advice back while they carry it.
+// the arenas' advice back while they carry it (with `reuse_only`, once its
+// memory has been given back: not a fresh slot's).
 void Backend::advise_slot_dense(SlotMeta* m) {
-  if (!m->nohuge || !huge_arenas_) return;
+  if (!m->nohuge || !huge_arenas_ || !may_advise_huge(*m)) return;
   platform_->advise_hugepage(platform_->ctx, reinterpret_cast<void*>(m->base), kSlotSize, true);
   m->nohuge = false;
 }
@@ -412,6 +426,7 @@ Span* Backend::alloc_slots(size_t nslots, size_t align, bool may_grow) {
     insert_free_run(head, nslots);
     return nullptr;
   }
+  advise_slots_huge(head, nslots);  // before account_take: it reads what the slots held
   bool zero = true;
   for (size_t i = 0; i < nslots; ++i) {
     SlotMeta* m = head + i;
@@ -420,7 +435,6 @@ Span* Backend::alloc_slots(size_t nslots, size_t align, bool may_grow) {
     m->kind = SlotKind::kHuge;
     for (unsigned u = 0; u < kUnitsPerSlot; ++u) m->unit_span[u] = s;
   }
-  advise_slots_huge(head, nslots);
   s->zero = zero;
   s->start = reinterpret_cast<char*>(head->base);
   s->bytes = nslots * kSlotSize;
@@ -538,12 +552,13 @@ void Backend::advise_arenas_huge() {
 // sparse slot always; a slot already touched (cut into units, or holding
 // resident free units, or being purged) unless what is resident in it now
 // (Platform::resident_pages) makes its collapse by khugepaged pay
-// (SlotPolicy::touched_slot_pays).  Untouched slots and huge blocks take
-// the advice.
-bool Backend::keeps_small_pages(const SlotMeta& m) const {
+// (SlotPolicy::touched_slot_pays).  Free slots with no resident units and
+// huge blocks take the advice; with `reuse_only`, a free slot only once it
+// has been used (fresh address space keeps 4 KiB pages).
+bool Backend::keeps_small_pages(const SlotMeta& m) {
   if (m.sparse) return true;
   if (m.kind == SlotKind::kHuge) return false;
-  if (m.kind == SlotKind::kFree && (m.retained | m.lazy) == 0) return false;
+  if (m.kind == SlotKind::kFree && (m.retained | m.lazy) == 0) return !may_advise_huge(m);
   long pages = platform_->resident_pages(platform_->ctx, reinterpret_cast<void*>(m.base), kSlotSize);
   if (pages < 0) return false;  // unknown: as before, the arena's advice
   return !policy_->touched_slot_pays(uint64_t(pages) * kOsPageSize, kSlotSize);
@@ -559,8 +574,8 @@ void Backend::withdraw_arenas_huge() {
     size_t i = 0;
     while (i < a->nslots) {
       if (a->slots[i].kind == SlotKind::kHuge) {
-        a->slots[i].nohuge = false;
-        a->slots[i++].thp = true;
+        a->slots[i].thp = !a->slots[i].nohuge;  // as the arena's advice left it
+        ++i;
         continue;
       }
       size_t j = i;
@@ -590,7 +605,7 @@ void Backend::advise_slots_huge(SlotMeta* first, size_t n) {
   // consecutive in its SlotMeta array and in the address space); with the
   // arenas advised, only the slots advised MADV_NOHUGEPAGE on their own
   // (sparse slots that went back) need it.
-  auto needs = [&](const SlotMeta& m) { return huge_arenas_ ? m.nohuge : !m.thp; };
+  auto needs = [&](const SlotMeta& m) { return (huge_arenas_ ? m.nohuge : !m.thp) && may_advise_huge(m); };
   size_t i = 0;
   while (i < n) {
     if (!needs(first[i])) {
@@ -822,13 +837,13 @@ bool Backend::resize(Span* s, size_t bytes) {
     SlotMeta* right = neighbor(s->slot, ptrdiff_t(have));
     if (!right || right->kind != SlotKind::kFree || right->run_len < add) return false;
     carve_run(right, right, add);
+    advise_slots_huge(right, add);  // before account_take, as in alloc_slots
     for (size_t i = 0; i < add; ++i) {
       SlotMeta* m = right + i;
       account_take(m, kAllUnits);
       m->kind = SlotKind::kHuge;
       for (unsigned u = 0; u < kUnitsPerSlot; ++u) m->unit_span[u] = s;
     }
-    advise_slots_huge(right, add);
   }
   pages_sub(Stat::huge_bytes, s->bytes);
   s->nslots = want;

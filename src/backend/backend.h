@@ -70,6 +70,7 @@ struct SlotMeta {
   bool lazy_purged;    // its last purge was the lazy stage (hysteresis against lazy_decay_ms)
   bool sparse;         // kUnits: a slot of sparse spans only (alloc_units_span with `sparse`)
   bool nohuge;         // advised MADV_NOHUGEPAGE on its own (a sparse slot, or a withdrawal)
+  bool touched;        // taken at least once since its arena was reserved (not fresh address space)
   SlotMeta* free_next; // free-run bin (first slot of a run)
   SlotMeta* free_prev;
   SlotMeta* part_next; // slots of kind kUnits with free units
@@ -216,7 +217,9 @@ class Backend {
   constexpr Backend() = default;
 
   // `platform` and `stats` must outlive the backend.
-  void init(const Platform* platform, Stats* stats, size_t arena_reserve, bool hugepages);
+  // `hugepages`: Opt::hugepages's value (HugepageMode, core/options.h; a
+  // bool reads as off or on).
+  void init(const Platform* platform, Stats* stats, size_t arena_reserve, unsigned hugepages);
   // The release policy (must outlive the backend), before the first release.
   void set_policy(const SlotPolicy* policy) { policy_ = policy; }
 
@@ -447,7 +450,20 @@ class Backend {
   // bytes go to a huge block, which does not fill the unit slots).
   bool admit(size_t more_active_bytes, bool huge);
   void advise_arenas_huge();
-  bool keeps_small_pages(const SlotMeta& m) const;  // advise_arenas_huge: MADV_NOHUGEPAGE on its own
+  bool keeps_small_pages(const SlotMeta& m);  // advise_arenas_huge: MADV_NOHUGEPAGE on its own
+  // `hugepages=reused` (or `auto` on a platform that reports free memory to
+  // its host, asked once): a slot gets hugepage advice only once it has
+  // been used (SlotMeta::touched) and holds no resident free units, so that
+  // fresh address space faults in 4 KiB pages.
+  bool reuse_only();
+  // Whether a free slot about to be taken whole (a huge block's, or opened
+  // for units) may get the advice: always, but with `reuse_only` only a
+  // used one with no resident free units (its 4 KiB pages given back: the
+  // next touch faults in a hugepage).  A used slot whose free units are
+  // still resident keeps its 4 KiB pages (giving them back first to
+  // promote it was tried: docs/design.md, "Hugepages on reused memory
+  // only").  Read before account_take changes what the slot holds.
+  bool may_advise_huge(const SlotMeta& m) { return !reuse_only() || (m.touched && (m.retained | m.lazy) == 0); }
   void withdraw_arenas_huge();
   bool hugepages_pay(uint64_t active, uint64_t more_huge = 0) const;
   void review_hugepages_locked();
@@ -501,7 +517,9 @@ class Backend {
   size_t arena_reserve_ = 0;
   static constexpr size_t kFirstArena = size_t(64) << 20;
   unsigned grown_ = 0;               // REQUIRES lock_: regular arenas reserved below arena_reserve_
-  bool hugepages_ = false;           // Opt::hugepages
+  bool hugepages_ = false;           // Opt::hugepages is not off
+  // REQUIRES lock_: HugepageMode; kHugepagesAuto until reuse_only() asks the platform.
+  uint8_t huge_mode_ = 0;
   bool huge_arenas_ = false;         // written under lock_ (atomic stores: arenas_huge() reads it unlocked): every arena is advised MADV_HUGEPAGE
   size_t unit_slots_ = 0;            // REQUIRES lock_: slots of kind kUnits
   // REQUIRES lock_: a free slot may hold resident units (choose_free_resident).

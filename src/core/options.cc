@@ -97,6 +97,19 @@ bool parse_int(const char* s, OptKind kind, int64_t* out) {
   return true;
 }
 
+// true/yes/on: 1, false/no/off: 0.
+bool parse_bool_word(const char* text, int64_t* v) {
+  if (equal_nocase(text, 4, "true") || equal_nocase(text, 3, "yes") || equal_nocase(text, 2, "on")) {
+    *v = 1;
+    return true;
+  }
+  if (equal_nocase(text, 5, "false") || equal_nocase(text, 2, "no") || equal_nocase(text, 3, "off")) {
+    *v = 0;
+    return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 bool option_parse(unsigned o, const char* text, int64_t* value) {
@@ -104,20 +117,13 @@ bool option_parse(unsigned o, const char* text, int64_t* value) {
   int64_t v = 0;
   bool ok = false;
   if (info.kind == OptKind::kBool) {
-    if (equal_nocase(text, 4, "true") || equal_nocase(text, 3, "yes") ||
-        equal_nocase(text, 2, "on")) {
-      v = 1;
-      ok = true;
-    } else if (equal_nocase(text, 5, "false") || equal_nocase(text, 2, "no") ||
-               equal_nocase(text, 3, "off")) {
-      v = 0;
-      ok = true;
-    } else {
-      ok = parse_int(text, OptKind::kInt, &v);
-    }
+    ok = parse_bool_word(text, &v) || parse_int(text, OptKind::kInt, &v);
   } else if (info.kind == OptKind::kEnum) {
     v = choice_index(info.choices, text);
     ok = v >= 0;
+    // An enumeration that starts "off|on" (a boolean that grew values, as
+    // `hugepages`) still takes the boolean words.
+    if (!ok && equal_nocase(info.choices, 7, "off|on|")) ok = parse_bool_word(text, &v);
     if (!ok) ok = parse_int(text, OptKind::kInt, &v);
   } else {
     ok = parse_int(text, info.kind, &v);

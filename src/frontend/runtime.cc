@@ -196,7 +196,7 @@ const Platform* lm_platform() { return g_platform ? g_platform : &pal::linux_pla
 void lm_set_platform(const Platform* platform) {
   g_platform = platform;
   if (g.init_state.load(std::memory_order_acquire) != 2) return;
-  g.backend.init(platform, &g.stats, size_t(option(Opt::arena_reserve)), option(Opt::hugepages) != 0);
+  g.backend.init(platform, &g.stats, size_t(option(Opt::arena_reserve)), unsigned(option(Opt::hugepages)));
   g.purger.init(&g.backend, platform, &g.stats);
   g.releaser.init(&g.backend, &g.purger, platform, &g.stats);
 }
@@ -220,7 +220,7 @@ void lm_init() {
   if (kChecks || g_secure) g_free_key = g_platform->random(g_platform->ctx) | 1;
   // Links: a key of their own in secure mode; with checks the tag's key.
   g_link_key = g_secure ? g_platform->random(g_platform->ctx) | 1 : kChecks ? g_free_key : 0;
-  g.backend.init(g_platform, &g.stats, size_t(option(Opt::arena_reserve)), option(Opt::hugepages) != 0);
+  g.backend.init(g_platform, &g.stats, size_t(option(Opt::arena_reserve)), unsigned(option(Opt::hugepages)));
   g.purger.init(&g.backend, g_platform, &g.stats);
   g.releaser.init(&g.backend, &g.purger, g_platform, &g.stats);
   g.discard.init(&g.backend, g_platform, &g.stats);

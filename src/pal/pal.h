@@ -110,6 +110,12 @@ struct Platform {
   // own mappings) are resident now: mincore(2).  -1 if the kernel refused.
   // The frontend asks before it gives back a sparse span (spans.cc).
   long (*resident_pages)(void* ctx, void* addr, size_t len);
+  // Whether this machine is a guest that reports its free memory to its
+  // host (a virtio-balloon device with free page reporting): there the host
+  // drops the backing of free 2 MiB blocks, so a hugepage fault on fresh
+  // memory also faults 2 MiB in on the host.  Asked once, when hugepage
+  // advice is first decided (Backend, `hugepages=auto`).
+  bool (*host_reports_free_pages)(void* ctx);
 };
 
 namespace pal {

@@ -122,6 +122,51 @@ long read_file(const char* path, char* buf, size_t len) {
 }
 
 
+// A virtio-balloon device offering free page reporting: its `features`
+// file (one '0'/'1' per feature bit, bit 0 first) has bit 5
+// (VIRTIO_BALLOON_F_REPORTING) set.  The driver's directory lists its
+// devices (virtio0, virtio1, ...) beside bind, uevent and unbind: read with
+// getdents64, no libc directory stream (which would malloc).
+bool host_reports_free_pages() {
+  constexpr unsigned kReportingBit = 5;
+  static constexpr char kDir[] = "/sys/bus/virtio/drivers/virtio_balloon";
+  int saved = errno;
+  int fd = open(kDir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) {
+    errno = saved;
+    return false;
+  }
+  struct Dirent {
+    uint64_t ino;
+    int64_t off;
+    unsigned short reclen;
+    unsigned char type;
+    char name[1];
+  };
+  alignas(8) char buf[1024];
+  bool reports = false;
+  long n;
+  while (!reports && (n = syscall(SYS_getdents64, fd, buf, sizeof buf)) > 0) {
+    for (long pos = 0; pos < n && !reports;) {
+      const auto* d = reinterpret_cast<const Dirent*>(buf + pos);
+      pos += d->reclen;
+      const char* name = d->name;
+      if (__builtin_strncmp(name, "virtio", 6) != 0) continue;
+      char path[128];
+      size_t len = sizeof kDir - 1;
+      __builtin_memcpy(path, kDir, len);
+      path[len++] = '/';
+      for (size_t i = 0; name[i] && len + 10 < sizeof path; ++i) path[len++] = name[i];
+      __builtin_memcpy(path + len, "/features", 10);
+      char features[64];
+      reports = read_file(path, features, sizeof features) > long(kReportingBit) && features[kReportingBit] == '1';
+    }
+  }
+  close(fd);
+  errno = saved;
+  return reports;
+}
+
 void advise_hugepage(void* addr, size_t size, bool huge) {
   int saved = errno;
   madvise(addr, size, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
@@ -390,6 +435,7 @@ int linux_process_id(void*) { return process_id(); }
 uint64_t linux_wall_clock_ms(void*) { return wall_clock_ms(); }
 void* linux_map_shared_fd(void*, int fd, size_t size) { return map_shared_fd(fd, size); }
 long linux_resident_pages(void*, void* addr, size_t len) { return resident_pages(addr, len); }
+bool linux_host_reports_free_pages(void*) { return host_reports_free_pages(); }
 
 constexpr Platform kLinux = {
     .ctx = nullptr,
@@ -420,6 +466,7 @@ constexpr Platform kLinux = {
     .wall_clock_ms = linux_wall_clock_ms,
     .map_shared_fd = linux_map_shared_fd,
     .resident_pages = linux_resident_pages,
+    .host_reports_free_pages = linux_host_reports_free_pages,
 };
 
 // Zero in .bss (no relocation): nullptr stands for kLinux.

@@ -5,9 +5,12 @@
 #include <sys/mman.h>
 
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <tuple>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "backend/backend.h"
@@ -746,6 +749,114 @@ TEST_F(BackendTest, HugepageAdviceWaitsForABigHeapWithDenseUnitSlots) {
   for (Span* s : again) backend->release(s);
   backend->release(h);
   EXPECT_EQ(backend->check_invariants(), nullptr);
+}
+
+// hugepages=reused: fresh address space keeps 4 KiB pages (a hugepage
+// fault on fresh memory costs 2-6 ms where the guest reports its free
+// memory to the host).  A huge block on fresh slots gets no advice; freed
+// and taken again while RETAINED (resident 4 KiB pages) it gets none
+// either; purged (CLEAN) and taken again, its slots are advised, so that
+// they fault in hugepages.  When the arenas are advised, their fresh slots
+// get MADV_NOHUGEPAGE on their own, and a fresh slot opened for units
+// stays so.
+TEST_F(BackendTest, HugepagesReusedAdviseOnlySlotsUsedAndGivenBack) {
+  set(Opt::hugepage_threshold, 8 * kMiB);
+  backend->init(fake.get(), stats.get(), 64 * kMiB, kHugepagesReused);
+  Span* h = backend->alloc(4 * kMiB, 16);
+  ASSERT_NE(h, nullptr);
+  ASSERT_EQ(fake.reservations.size(), 1u);
+  const uintptr_t arena = reinterpret_cast<uintptr_t>(fake.reservations[0].first);
+  const uintptr_t h_start = reinterpret_cast<uintptr_t>(h->start);
+  ASSERT_EQ(h_start, arena);
+  EXPECT_TRUE(advice_since(true).empty()) << "a fresh block's slots are not advised";
+  EXPECT_EQ(stats->get(Stat::hugepage_reuse_only), 1u);
+  backend->release(h);  // RETAINED: resident, on 4 KiB pages
+  h = backend->alloc(4 * kMiB, 16);
+  ASSERT_NE(h, nullptr);
+  ASSERT_EQ(reinterpret_cast<uintptr_t>(h->start), h_start);
+  EXPECT_TRUE(advice_since(true).empty()) << "resident 4 KiB pages reused as they are";
+  EXPECT_FALSE(h->zero);
+  backend->release(h, true);  // given back: CLEAN
+  h = backend->alloc(4 * kMiB, 16);
+  ASSERT_NE(h, nullptr);
+  ASSERT_EQ(reinterpret_cast<uintptr_t>(h->start), h_start);
+  EXPECT_EQ(advice_since(true), (HugeAdvice{{h_start, 4 * kMiB, true}}));
+  EXPECT_TRUE(h->zero);
+  EXPECT_EQ(backend->check_invariants(), nullptr);
+
+  // A second block brings active bytes to the threshold: the arena is
+  // advised, its fresh slots (all but the first block's) are not.
+  skip_advice();
+  Span* h2 = backend->alloc(4 * kMiB, 16);
+  ASSERT_NE(h2, nullptr);
+  const uintptr_t h2_start = reinterpret_cast<uintptr_t>(h2->start);
+  ASSERT_EQ(h2_start, arena + 4 * kMiB);
+  EXPECT_EQ(advice_since(), (HugeAdvice{{arena, 64 * kMiB, true}, {arena + 4 * kMiB, 60 * kMiB, false}}));
+  EXPECT_EQ(stats->get(Stat::hugepage_advice), 1u);
+  Span* u = backend->alloc(kUnitSize, 16);  // opens a fresh slot for units
+  ASSERT_NE(u, nullptr);
+  EXPECT_TRUE(advice_since().empty());
+  // Given back and taken again: advised.
+  backend->release(h2, true);
+  Span* h3 = backend->alloc(4 * kMiB, 16);
+  ASSERT_NE(h3, nullptr);
+  ASSERT_EQ(reinterpret_cast<uintptr_t>(h3->start), h2_start);
+  EXPECT_EQ(advice_since(), (HugeAdvice{{h2_start, 4 * kMiB, true}}));
+  for (Span* s : {h, h3, u}) backend->release(s);
+  EXPECT_EQ(backend->check_invariants(), nullptr);
+}
+
+// hugepages=auto asks the platform once, when advice is first decided:
+// `reused` on a guest that reports its free memory to the host, `on`
+// elsewhere; a process that never gets there never asks.
+TEST_F(BackendTest, HugepagesAutoAsksThePlatformOnceWhenAdviceIsFirstDecided) {
+  for (bool reports : {false, true}) {
+    SCOPED_TRACE(reports ? "reporting guest" : "no reporting");
+    fake.reports_free_pages = reports;
+    fake.reporting_queries = 0;
+    stats = std::make_unique<Stats>();
+    backend = std::make_unique<Backend>();
+    backend->init(fake.get(), stats.get(), 64 * kMiB, kHugepagesAuto);
+    purger = std::make_unique<Purger>();
+    purger->init(backend.get(), fake.get(), stats.get());  // sets the backend's release policy
+    Span* u = backend->alloc(kUnitSize, 16);
+    ASSERT_NE(u, nullptr);
+    EXPECT_EQ(fake.reporting_queries, 0u);
+    skip_advice();
+    Span* a = backend->alloc(4 * kMiB, 16);
+    Span* b = backend->alloc(4 * kMiB, 16);
+    ASSERT_NE(a, nullptr);
+    ASSERT_NE(b, nullptr);
+    EXPECT_EQ(fake.reporting_queries, 1u);
+    EXPECT_EQ(stats->get(Stat::hugepage_reuse_only), reports ? 1u : 0u);
+    if (reports) {
+      EXPECT_TRUE(advice_since(true).empty());
+    } else {
+      EXPECT_EQ(advice_since(true), (HugeAdvice{{reinterpret_cast<uintptr_t>(a->start), 4 * kMiB, true},
+                                                {reinterpret_cast<uintptr_t>(b->start), 4 * kMiB, true}}));
+    }
+    for (Span* s : {u, a, b}) backend->release(s);
+    EXPECT_EQ(backend->check_invariants(), nullptr);
+  }
+}
+
+// The real platform's answer (getdents64 and the balloon device's
+// features, without libc's directory stream) agrees with a plain reading
+// of sysfs: some virtio-balloon device offers feature bit 5 (free page
+// reporting).  Both answers are "no" on a machine without such a device.
+TEST(LinuxPlatform, HostReportsFreePagesAgreesWithSysfs) {
+  namespace fs = std::filesystem;
+  bool expected = false;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator("/sys/bus/virtio/drivers/virtio_balloon", ec)) {
+    if (e.path().filename().string().rfind("virtio", 0) != 0) continue;
+    std::ifstream in(e.path() / "features");
+    std::string bits;
+    in >> bits;
+    expected = expected || (bits.size() > 5 && bits[5] == '1');
+  }
+  const Platform& p = pal::linux_platform();
+  EXPECT_EQ(p.host_reports_free_pages(p.ctx), expected);
 }
 
 // When the arenas are advised, the slots already touched on 4 KiB pages

@@ -159,6 +159,17 @@ TEST(Options, ParsesEveryKind) {
   EXPECT_EQ(v, 0);
   EXPECT_TRUE(option_parse(bg, "yes", &v));
   EXPECT_EQ(v, 1);
+  // hugepages was a boolean: its words still read as off and on.
+  unsigned huge = option_find("hugepages");
+  for (auto [text, want] : {std::pair<const char*, int64_t>{"reused", kHugepagesReused}, {"AUTO", kHugepagesAuto},
+                            {"no", kHugepagesOff}, {"true", kHugepagesOn}, {"0", kHugepagesOff}, {"1", kHugepagesOn}}) {
+    v = -1;
+    EXPECT_TRUE(option_parse(huge, text, &v)) << text;
+    EXPECT_EQ(v, want) << text;
+  }
+  EXPECT_FALSE(option_parse(huge, "sometimes", &v));
+  EXPECT_FALSE(option_parse(huge, "4", &v));
+  EXPECT_FALSE(option_parse(purge, "yes", &v)) << "only an enumeration that starts off|on takes boolean words";
   unsigned decay = option_find("decay_ms");
   EXPECT_TRUE(option_parse(decay, "2s", &v));
   EXPECT_EQ(v, 2000);

@@ -86,6 +86,7 @@ class FakePlatform {
         .wall_clock_ms = &wall_clock_ms,
         .map_shared_fd = &map_shared_fd,
         .resident_pages = &resident_pages,
+        .host_reports_free_pages = &host_reports_free_pages,
     };
   }
   const Platform* get() const { return &platform_; }
@@ -166,6 +167,9 @@ class FakePlatform {
   // set (>= 0: that many pages, -1: the kernel refused); every call recorded.
   long resident_answer = -2;
   std::vector<std::pair<void*, size_t>> resident_queries;
+  // Platform::host_reports_free_pages: the answer, and how many times asked.
+  bool reports_free_pages = false;
+  unsigned reporting_queries = 0;
   size_t advised_bytes(Advice a) const {
     size_t n = 0;
     for (const auto& c : calls) n += c.advice == a ? c.len : 0;
@@ -331,6 +335,11 @@ class FakePlatform {
     FakePlatform* f = self(ctx);
     f->resident_queries.emplace_back(addr, len);
     return f->resident_answer >= -1 ? f->resident_answer : real().resident_pages(nullptr, addr, len);
+  }
+  static bool host_reports_free_pages(void* ctx) {
+    FakePlatform* f = self(ctx);
+    ++f->reporting_queries;
+    return f->reports_free_pages;
   }
   static uint64_t thread_cpu(void* ctx) { return self(ctx)->cpu_ns; }
   static uint64_t now(void* ctx) { return self(ctx)->now_ns; }
