@@ -151,9 +151,11 @@ Arena* Backend::add_arena(size_t min_slots, size_t align) {
   stats_->add(Stat::metadata_mapped_bytes, meta_bytes);
   stats_->add(Stat::metadata_bytes, meta_bytes);  // every record written above
   if (huge_arenas_) {
-    // Advised with the others; fresh address space, which `reuse_only`
-    // keeps on 4 KiB pages (whole: one call, no split).
-    bool fresh_small = reuse_only();
+    // Advised with the others, but for fresh address space that
+    // reuse_scope() keeps on 4 KiB pages (whole: one call, no split; a
+    // large or huge block's slot gets the advice when it is opened where
+    // the scope is small spans only).
+    bool fresh_small = reuse_scope() != kReuseNone;
     platform_->advise_hugepage(platform_->ctx, p, want, !fresh_small);
     for (size_t i = 0; i < nslots; ++i) a->slots[i].nohuge = fresh_small;
   }

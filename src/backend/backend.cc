@@ -18,17 +18,19 @@ void Backend::init(const Platform* platform, Stats* stats, size_t arena_reserve,
   arena_reserve_ = align_up(arena_reserve < 2 * kSlotSize ? 2 * kSlotSize : arena_reserve, kSlotSize);
   hugepages_ = hugepages != kHugepagesOff;
   huge_mode_ = uint8_t(hugepages > unsigned(kHugepagesAuto) ? unsigned(kHugepagesAuto) : hugepages);
-  if (huge_mode_ == kHugepagesReused) stats_->set(Stat::hugepage_reuse_only, 1);
+  reuse_scope_ = huge_mode_ == kHugepagesReused ? kReuseAll : kReuseNone;
+  stats_->set(Stat::hugepage_reuse_only, reuse_scope_);
 }
 
 // Asked only where advice is being decided (a huge block, the arenas'
 // advice), so a program that never gets there never reads sysfs.
-bool Backend::reuse_only() {
+Backend::ReuseScope Backend::reuse_scope() {
   if (huge_mode_ == kHugepagesAuto) {
-    huge_mode_ = platform_->host_reports_free_pages(platform_->ctx) ? kHugepagesReused : kHugepagesOn;
-    stats_->set(Stat::hugepage_reuse_only, huge_mode_ == kHugepagesReused);
+    reuse_scope_ = platform_->host_reports_free_pages(platform_->ctx) ? kReuseSmall : kReuseNone;
+    huge_mode_ = kHugepagesOn;  // resolved: the scope says the rest
+    stats_->set(Stat::hugepage_reuse_only, reuse_scope_);
   }
-  return huge_mode_ == kHugepagesReused;
+  return reuse_scope_;
 }
 
 Span* Backend::new_span() { return spans_.alloc(*platform_, stats_); }
@@ -312,10 +314,10 @@ void Backend::advise_slot_nohuge(SlotMeta* m) {
 }
 
 // A slot of other spans that was advised MADV_NOHUGEPAGE on its own gets
-// the arenas' advice back while they carry it (with `reuse_only`, once its
-// memory has been given back: not a fresh slot's).
-void Backend::advise_slot_dense(SlotMeta* m) {
-  if (!m->nohuge || !huge_arenas_ || !may_advise_huge(*m)) return;
+// the arenas' advice back while they carry it (where reuse_scope() keeps
+// fresh slots on 4 KiB pages, once its memory has been given back).
+void Backend::advise_slot_dense(SlotMeta* m, bool small) {
+  if (!m->nohuge || !huge_arenas_ || !may_advise_huge(*m, small)) return;
   platform_->advise_hugepage(platform_->ctx, reinterpret_cast<void*>(m->base), kSlotSize, true);
   m->nohuge = false;
 }
@@ -371,7 +373,7 @@ Span* Backend::alloc_units(unsigned n, bool fresh_slot, bool may_grow, bool stra
     // resident units keeps its pages, and its advice (realloc-grow reuses
     // one each cycle: no madvise).
     bool small_pages = sparse || (fresh_slot && !(slot->retained | slot->lazy));
-    if (small_pages) advise_slot_nohuge(slot); else advise_slot_dense(slot);
+    if (small_pages) advise_slot_nohuge(slot); else advise_slot_dense(slot, !claims);
     m = slot;
   }
   Span* s = span_record(rec);
@@ -553,12 +555,14 @@ void Backend::advise_arenas_huge() {
 // resident free units, or being purged) unless what is resident in it now
 // (Platform::resident_pages) makes its collapse by khugepaged pay
 // (SlotPolicy::touched_slot_pays).  Free slots with no resident units and
-// huge blocks take the advice; with `reuse_only`, a free slot only once it
-// has been used (fresh address space keeps 4 KiB pages).
+// huge blocks take the advice; where reuse_scope() keeps fresh slots on
+// 4 KiB pages, a free slot only once it has been used (a large or huge
+// block's gets the advice when it is opened, where that scope is small
+// spans only).
 bool Backend::keeps_small_pages(const SlotMeta& m) {
   if (m.sparse) return true;
   if (m.kind == SlotKind::kHuge) return false;
-  if (m.kind == SlotKind::kFree && (m.retained | m.lazy) == 0) return !may_advise_huge(m);
+  if (m.kind == SlotKind::kFree && (m.retained | m.lazy) == 0) return !may_advise_huge(m, true);
   long pages = platform_->resident_pages(platform_->ctx, reinterpret_cast<void*>(m.base), kSlotSize);
   if (pages < 0) return false;  // unknown: as before, the arena's advice
   return !policy_->touched_slot_pays(uint64_t(pages) * kOsPageSize, kSlotSize);
@@ -605,7 +609,7 @@ void Backend::advise_slots_huge(SlotMeta* first, size_t n) {
   // consecutive in its SlotMeta array and in the address space); with the
   // arenas advised, only the slots advised MADV_NOHUGEPAGE on their own
   // (sparse slots that went back) need it.
-  auto needs = [&](const SlotMeta& m) { return (huge_arenas_ ? m.nohuge : !m.thp) && may_advise_huge(m); };
+  auto needs = [&](const SlotMeta& m) { return (huge_arenas_ ? m.nohuge : !m.thp) && may_advise_huge(m, false); };
   size_t i = 0;
   while (i < n) {
     if (!needs(first[i])) {

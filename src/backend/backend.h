@@ -423,7 +423,7 @@ class Backend {
   // The last (`top`) or first slot of the largest free run, carved.
   SlotMeta* take_run_end(bool top);
   void advise_slot_nohuge(SlotMeta* m);  // MADV_NOHUGEPAGE once (hugepages on)
-  void advise_slot_dense(SlotMeta* m);   // back to the arenas' advice
+  void advise_slot_dense(SlotMeta* m, bool small);  // back to the arenas' advice (`small`: may_advise_huge)
   void release_units(Span* s, bool contents_gone, uint64_t now);  // a unit run; the record stays
   // The partial slot and first unit for a run of `n` units (see
   // backend.cc; with `straddle` the run may end in the next slot); false
@@ -451,19 +451,26 @@ class Backend {
   bool admit(size_t more_active_bytes, bool huge);
   void advise_arenas_huge();
   bool keeps_small_pages(const SlotMeta& m);  // advise_arenas_huge: MADV_NOHUGEPAGE on its own
-  // `hugepages=reused` (or `auto` on a platform that reports free memory to
-  // its host, asked once): a slot gets hugepage advice only once it has
-  // been used (SlotMeta::touched) and holds no resident free units, so that
-  // fresh address space faults in 4 KiB pages.
-  bool reuse_only();
-  // Whether a free slot about to be taken whole (a huge block's, or opened
-  // for units) may get the advice: always, but with `reuse_only` only a
-  // used one with no resident free units (its 4 KiB pages given back: the
-  // next touch faults in a hugepage).  A used slot whose free units are
-  // still resident keeps its 4 KiB pages (giving them back first to
-  // promote it was tried: docs/design.md, "Hugepages on reused memory
-  // only").  Read before account_take changes what the slot holds.
-  bool may_advise_huge(const SlotMeta& m) { return !reuse_only() || (m.touched && (m.retained | m.lazy) == 0); }
+  // Which fresh slots keep 4 KiB pages (`hugepages`, resolved when advice
+  // is first decided: `auto` asks the platform once): none (`on`), those
+  // opened for small-object spans (`auto` on a guest that reports its free
+  // memory to the host), or every one (`reused`).  Such a slot gets the
+  // advice only once it has been used (SlotMeta::touched) and holds no
+  // resident free unit: its 4 KiB pages were given back, and the next touch
+  // faults in a hugepage.
+  enum ReuseScope : uint8_t { kReuseNone, kReuseSmall, kReuseAll };
+  ReuseScope reuse_scope();
+  // Whether a free slot about to be taken whole (`small`: opened for
+  // small-object spans; else a large or a huge block's) may get the
+  // advice.  A used slot whose free units are still resident keeps its
+  // 4 KiB pages (giving them back first to promote it was tried:
+  // docs/design.md, "Hugepages on reused memory only").  Read before
+  // account_take changes what the slot holds.
+  bool may_advise_huge(const SlotMeta& m, bool small) {
+    ReuseScope r = reuse_scope();
+    if (r == kReuseNone || (r == kReuseSmall && !small)) return true;
+    return m.touched && (m.retained | m.lazy) == 0;
+  }
   void withdraw_arenas_huge();
   bool hugepages_pay(uint64_t active, uint64_t more_huge = 0) const;
   void review_hugepages_locked();
@@ -518,8 +525,9 @@ class Backend {
   static constexpr size_t kFirstArena = size_t(64) << 20;
   unsigned grown_ = 0;               // REQUIRES lock_: regular arenas reserved below arena_reserve_
   bool hugepages_ = false;           // Opt::hugepages is not off
-  // REQUIRES lock_: HugepageMode; kHugepagesAuto until reuse_only() asks the platform.
+  // REQUIRES lock_: HugepageMode; kHugepagesAuto until reuse_scope() asks the platform.
   uint8_t huge_mode_ = 0;
+  ReuseScope reuse_scope_ = kReuseNone;  // REQUIRES lock_: once huge_mode_ is resolved
   bool huge_arenas_ = false;         // written under lock_ (atomic stores: arenas_huge() reads it unlocked): every arena is advised MADV_HUGEPAGE
   size_t unit_slots_ = 0;            // REQUIRES lock_: slots of kind kUnits
   // REQUIRES lock_: a free slot may hold resident units (choose_free_resident).

@@ -109,9 +109,10 @@ class Writer;
   X(inline_purges, counter, "decay purges run inline from free() (no background thread)")        \
   X(hugepage_advice, gauge, "1 while the arenas are advised MADV_HUGEPAGE (the heap reached "      \
     "hugepage_threshold and fills its slots densely enough for hugepages to pay)")                 \
-  X(hugepage_reuse_only, gauge, "1 once hugepage advice is decided with `hugepages=reused` (or `auto` on "  \
-    "a guest that reports its free memory to the host): fresh slots keep 4 KiB pages, a slot "     \
-    "gets the advice once its memory has been given back whole")                                   \
+  X(hugepage_reuse_only, gauge, "which fresh slots keep 4 KiB pages until their memory has been given "  \
+    "back whole, once hugepage advice is decided: 0 none (`hugepages=on`), 1 those opened for "      \
+    "small-object spans (`auto` on a guest that reports its free memory to the host), 2 every one "  \
+    "(`reused`)")                                                                                    \
   X(hugepage_withdrawals, counter, "times the arenas' hugepage advice was withdrawn because the heap "  \
     "had become sparse after purges (khugepaged would fill the purged holes back in)")             \
   X(hugepage_thin_slots, counter, "slots already touched on 4 KiB pages and too sparse for a "     \

@@ -446,7 +446,14 @@ TEST_P(SmallRelease, HeldMemoryReturnsAfterTheDecay) {
     }
     if (which == 'c') free_all();
   }
-  EXPECT_TRUE(lmt::WaitFor([&] { return rollup().held_kb() < start_kb + long(8 * kMiB / 1024); }))
+  // (c): the quiet worker's heap is collected whatever the pages: on 4 KiB
+  // pages (fresh small-object spans under hugepages=auto on a guest that
+  // reports free memory) the sparse objects' held bytes may be under the
+  // bound before it is.
+  EXPECT_TRUE(lmt::WaitFor([&] {
+    return rollup().held_kb() < start_kb + long(8 * kMiB / 1024) &&
+           (which != 'c' || stat("idle_heap_collections") >= 1);
+  }))
       << "held " << rollup().held_kb() << " kB, at the start " << start_kb << " kB; small_spans "
       << stat("small_spans") << ", idle_heap_collections " << stat("idle_heap_collections");
   if (which == 'c') EXPECT_GE(stat("idle_heap_collections"), 1u);

@@ -769,7 +769,7 @@ TEST_F(BackendTest, HugepagesReusedAdviseOnlySlotsUsedAndGivenBack) {
   const uintptr_t h_start = reinterpret_cast<uintptr_t>(h->start);
   ASSERT_EQ(h_start, arena);
   EXPECT_TRUE(advice_since(true).empty()) << "a fresh block's slots are not advised";
-  EXPECT_EQ(stats->get(Stat::hugepage_reuse_only), 1u);
+  EXPECT_EQ(stats->get(Stat::hugepage_reuse_only), 2u);  // every fresh slot
   backend->release(h);  // RETAINED: resident, on 4 KiB pages
   h = backend->alloc(4 * kMiB, 16);
   ASSERT_NE(h, nullptr);
@@ -806,10 +806,15 @@ TEST_F(BackendTest, HugepagesReusedAdviseOnlySlotsUsedAndGivenBack) {
   EXPECT_EQ(backend->check_invariants(), nullptr);
 }
 
-// hugepages=auto asks the platform once, when advice is first decided:
-// `reused` on a guest that reports its free memory to the host, `on`
-// elsewhere; a process that never gets there never asks.
-TEST_F(BackendTest, HugepagesAutoAsksThePlatformOnceWhenAdviceIsFirstDecided) {
+// hugepages=auto asks the platform once, when advice is first decided (a
+// process that never gets there never asks): on a guest that reports its
+// free memory to the host, fresh slots opened for small-object spans keep
+// 4 KiB pages (MADV_NOHUGEPAGE on their own when the arenas are advised)
+// while large and huge blocks get the advice as under `on`; elsewhere it
+// is `on`.
+TEST_F(BackendTest, HugepagesAutoKeepsFreshSmallSpansOnSmallPagesWhereTheHostIsToldOfFreeMemory) {
+  set(Opt::hugepage_threshold, 8 * kMiB);
+  fake.resident_answer = long(kSlotSize / kOsPageSize);  // touched slots are dense
   for (bool reports : {false, true}) {
     SCOPED_TRACE(reports ? "reporting guest" : "no reporting");
     fake.reports_free_pages = reports;
@@ -819,23 +824,51 @@ TEST_F(BackendTest, HugepagesAutoAsksThePlatformOnceWhenAdviceIsFirstDecided) {
     backend->init(fake.get(), stats.get(), 64 * kMiB, kHugepagesAuto);
     purger = std::make_unique<Purger>();
     purger->init(backend.get(), fake.get(), stats.get());  // sets the backend's release policy
-    Span* u = backend->alloc(kUnitSize, 16);
+    Span* u = backend->alloc(kMaxLarge, 16);  // half a unit slot: dense enough
     ASSERT_NE(u, nullptr);
     EXPECT_EQ(fake.reporting_queries, 0u);
+    const uintptr_t arena = reinterpret_cast<uintptr_t>(fake.reservations.back().first);
     skip_advice();
     Span* a = backend->alloc(4 * kMiB, 16);
-    Span* b = backend->alloc(4 * kMiB, 16);
+    Span* b = backend->alloc(4 * kMiB, 16);  // 9 MiB active: the arenas' advice
     ASSERT_NE(a, nullptr);
     ASSERT_NE(b, nullptr);
     EXPECT_EQ(fake.reporting_queries, 1u);
     EXPECT_EQ(stats->get(Stat::hugepage_reuse_only), reports ? 1u : 0u);
+    const uintptr_t a_start = reinterpret_cast<uintptr_t>(a->start), b_start = reinterpret_cast<uintptr_t>(b->start);
+    HugeAdvice advice = advice_since();
     if (reports) {
-      EXPECT_TRUE(advice_since(true).empty());
+      // The fresh slots above a's: MADV_NOHUGEPAGE; b's (fresh) advised as it is taken.
+      EXPECT_EQ(advice, (HugeAdvice{{a_start, 4 * kMiB, true},
+                                    {arena, 64 * kMiB, true},
+                                    {a_start + 4 * kMiB, arena + 64 * kMiB - a_start - 4 * kMiB, false},
+                                    {b_start, 4 * kMiB, true}}));
     } else {
-      EXPECT_EQ(advice_since(true), (HugeAdvice{{reinterpret_cast<uintptr_t>(a->start), 4 * kMiB, true},
-                                                {reinterpret_cast<uintptr_t>(b->start), 4 * kMiB, true}}));
+      EXPECT_EQ(advice, (HugeAdvice{{a_start, 4 * kMiB, true}, {arena, 64 * kMiB, true}}));
     }
-    for (Span* s : {u, a, b}) backend->release(s);
+    // Small spans: the first fills u's slot, the second opens a fresh one,
+    // which keeps its advice (MADV_NOHUGEPAGE on a reporting guest).
+    Span* s1 = backend->alloc_units_span(16);
+    Span* s2 = backend->alloc_units_span(16);
+    ASSERT_NE(s1, nullptr);
+    ASSERT_NE(s2, nullptr);
+    ASSERT_NE(reinterpret_cast<uintptr_t>(s2->start) >> kSlotShift, reinterpret_cast<uintptr_t>(u->start) >> kSlotShift);
+    EXPECT_TRUE(advice_since().empty());
+    // Large blocks: the first fills s2's slot, the second opens a fresh one,
+    // advised on its own on a reporting guest (the arena's advice elsewhere).
+    Span* l1 = backend->alloc(kMaxLarge, 16);
+    Span* l2 = backend->alloc(kMaxLarge, 16);
+    ASSERT_NE(l1, nullptr);
+    ASSERT_NE(l2, nullptr);
+    const uintptr_t l2_slot = reinterpret_cast<uintptr_t>(l2->start) & ~uintptr_t(kSlotSize - 1);
+    ASSERT_NE(l2_slot, reinterpret_cast<uintptr_t>(s2->start) & ~uintptr_t(kSlotSize - 1));
+    if (reports) {
+      EXPECT_EQ(advice_since(), (HugeAdvice{{l2_slot, kSlotSize, true}}));
+    } else {
+      EXPECT_TRUE(advice_since().empty());
+    }
+    EXPECT_EQ(fake.reporting_queries, 1u);
+    for (Span* s : {u, a, b, s1, s2, l1, l2}) backend->release(s);
     EXPECT_EQ(backend->check_invariants(), nullptr);
   }
 }
