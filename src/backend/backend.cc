@@ -320,6 +320,13 @@ void Backend::advise_slot_dense(SlotMeta* m, bool small) {
   if (!m->nohuge || !huge_arenas_ || !may_advise_huge(*m, small)) return;
   platform_->advise_hugepage(platform_->ctx, reinterpret_cast<void*>(m->base), kSlotSize, true);
   m->nohuge = false;
+  count_own_advice();
+}
+
+void Backend::count_own_advice() {
+  if (reuse_scope_ == kReuseNone) return;
+  ++own_advice_;
+  stats_->add(Stat::hugepage_own_advice, 1);
 }
 
 Span* Backend::alloc_units(unsigned n, bool fresh_slot, bool may_grow, bool straddle, bool sparse, unsigned owner,
@@ -622,6 +629,7 @@ void Backend::advise_slots_huge(SlotMeta* first, size_t n) {
       first[j++].thp = true;
     }
     platform_->advise_hugepage(platform_->ctx, reinterpret_cast<void*>(first[i].base), (j - i) * kSlotSize, true);
+    count_own_advice();
     i = j;
   }
 }

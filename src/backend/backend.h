@@ -222,6 +222,9 @@ class Backend {
   void init(const Platform* platform, Stats* stats, size_t arena_reserve, unsigned hugepages);
   // The release policy (must outlive the backend), before the first release.
   void set_policy(const SlotPolicy* policy) { policy_ = policy; }
+  // The bound on hugepage advice for slots of their own under a reuse
+  // scope (may_advise_huge); tests lower it.
+  void set_own_advice_cap(uint32_t cap) { own_advice_cap_ = cap; }
 
   // A span of `bytes` (rounded up to units, or to slots beyond kMaxLarge or
   // when `align` > kUnitSize) aligned to `align`.  Sets span->zero when every
@@ -466,11 +469,16 @@ class Backend {
   // 4 KiB pages (giving them back first to promote it was tried:
   // docs/design.md, "Hugepages on reused memory only").  Read before
   // account_take changes what the slot holds.
+  // Past own_advice_cap_ such calls (each may split the arena's mapping:
+  // vm.max_map_count), a slot in a reuse scope keeps the advice it has.
   bool may_advise_huge(const SlotMeta& m, bool small) {
     ReuseScope r = reuse_scope();
-    if (r == kReuseNone || (r == kReuseSmall && !small)) return true;
+    if (r == kReuseNone) return true;
+    if (own_advice_ >= (own_advice_cap_ ? own_advice_cap_ : kOwnAdviceCap)) return false;
+    if (r == kReuseSmall && !small) return true;
     return m.touched && (m.retained | m.lazy) == 0;
   }
+  void count_own_advice();  // a MADV_HUGEPAGE call for slots of their own under a reuse scope
   void withdraw_arenas_huge();
   bool hugepages_pay(uint64_t active, uint64_t more_huge = 0) const;
   void review_hugepages_locked();
@@ -528,6 +536,12 @@ class Backend {
   // REQUIRES lock_: HugepageMode; kHugepagesAuto until reuse_scope() asks the platform.
   uint8_t huge_mode_ = 0;
   ReuseScope reuse_scope_ = kReuseNone;  // REQUIRES lock_: once huge_mode_ is resolved
+  // REQUIRES lock_: MADV_HUGEPAGE calls for slots of their own under a reuse
+  // scope, and their bound (0: kOwnAdviceCap, a quarter of the default
+  // vm.max_map_count; zero so that the backend stays in .bss).
+  static constexpr uint32_t kOwnAdviceCap = 16384;
+  uint32_t own_advice_ = 0;
+  uint32_t own_advice_cap_ = 0;
   bool huge_arenas_ = false;         // written under lock_ (atomic stores: arenas_huge() reads it unlocked): every arena is advised MADV_HUGEPAGE
   size_t unit_slots_ = 0;            // REQUIRES lock_: slots of kind kUnits
   // REQUIRES lock_: a free slot may hold resident units (choose_free_resident).

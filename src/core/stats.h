@@ -113,6 +113,9 @@ class Writer;
     "back whole, once hugepage advice is decided: 0 none (`hugepages=on`), 1 those opened for "      \
     "small-object spans (`auto` on a guest that reports its free memory to the host), 2 every one "  \
     "(`reused`)")                                                                                    \
+  X(hugepage_own_advice, counter, "MADV_HUGEPAGE calls for slots of their own where fresh slots keep 4 KiB "  \
+    "pages (hugepage_reuse_only not 0); each may split an arena's mapping, so they stop at 16384 "    \
+    "(slots then keep the advice they have)")                                                        \
   X(hugepage_withdrawals, counter, "times the arenas' hugepage advice was withdrawn because the heap "  \
     "had become sparse after purges (khugepaged would fill the purged holes back in)")             \
   X(hugepage_thin_slots, counter, "slots already touched on 4 KiB pages and too sparse for a "     \

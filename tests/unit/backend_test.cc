@@ -873,6 +873,32 @@ TEST_F(BackendTest, HugepagesAutoKeepsFreshSmallSpansOnSmallPagesWhereTheHostIsT
   }
 }
 
+// Advice for slots of their own splits the arena's mapping: under a reuse
+// scope it stops at the cap (vm.max_map_count), and a slot then keeps the
+// advice it has (a fresh one its 4 KiB pages).
+TEST_F(BackendTest, HugepageAdviceForSlotsOfTheirOwnStopsAtItsCap) {
+  set(Opt::hugepage_threshold, 8 * kMiB);
+  fake.resident_answer = long(kSlotSize / kOsPageSize);
+  fake.reports_free_pages = true;
+  backend->init(fake.get(), stats.get(), 64 * kMiB, kHugepagesAuto);
+  backend->set_own_advice_cap(1);
+  Span* u = backend->alloc(kMaxLarge, 16);
+  ASSERT_NE(u, nullptr);
+  const uintptr_t arena = reinterpret_cast<uintptr_t>(fake.reservations.back().first);
+  skip_advice();
+  Span* a = backend->alloc(4 * kMiB, 16);  // advised on its own: the one call allowed
+  Span* b = backend->alloc(4 * kMiB, 16);  // fresh, past the cap: keeps MADV_NOHUGEPAGE
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  const uintptr_t a_start = reinterpret_cast<uintptr_t>(a->start);
+  EXPECT_EQ(advice_since(), (HugeAdvice{{a_start, 4 * kMiB, true},
+                                        {arena, 64 * kMiB, true},
+                                        {a_start + 4 * kMiB, arena + 64 * kMiB - a_start - 4 * kMiB, false}}));
+  EXPECT_EQ(stats->get(Stat::hugepage_own_advice), 1u);
+  for (Span* s : {u, a, b}) backend->release(s);
+  EXPECT_EQ(backend->check_invariants(), nullptr);
+}
+
 // The real platform's answer (getdents64 and the balloon device's
 // features, without libc's directory stream) agrees with a plain reading
 // of sysfs: some virtio-balloon device offers feature bit 5 (free page
