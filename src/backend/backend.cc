@@ -17,17 +17,17 @@ void Backend::init(const Platform* platform, Stats* stats, size_t arena_reserve,
   stats_ = stats;
   arena_reserve_ = align_up(arena_reserve < 2 * kSlotSize ? 2 * kSlotSize : arena_reserve, kSlotSize);
   hugepages_ = hugepages != kHugepagesOff;
-  huge_mode_ = uint8_t(hugepages > unsigned(kHugepagesAuto) ? unsigned(kHugepagesAuto) : hugepages);
-  reuse_scope_ = huge_mode_ == kHugepagesReused ? kReuseAll : kReuseNone;
+  scope_pending_ = hugepages >= unsigned(kHugepagesAuto);
+  reuse_scope_ = hugepages == unsigned(kHugepagesReused) ? kReuseAll : kReuseNone;
   stats_->set(Stat::hugepage_reuse_only, reuse_scope_);
 }
 
 // Asked only where advice is being decided (a huge block, the arenas'
 // advice), so a program that never gets there never reads sysfs.
 Backend::ReuseScope Backend::reuse_scope() {
-  if (huge_mode_ == kHugepagesAuto) {
+  if (scope_pending_) {
     reuse_scope_ = platform_->host_reports_free_pages(platform_->ctx) ? kReuseSmall : kReuseNone;
-    huge_mode_ = kHugepagesOn;  // resolved: the scope says the rest
+    scope_pending_ = false;
     stats_->set(Stat::hugepage_reuse_only, reuse_scope_);
   }
   return reuse_scope_;

@@ -533,9 +533,9 @@ class Backend {
   static constexpr size_t kFirstArena = size_t(64) << 20;
   unsigned grown_ = 0;               // REQUIRES lock_: regular arenas reserved below arena_reserve_
   bool hugepages_ = false;           // Opt::hugepages is not off
-  // REQUIRES lock_: HugepageMode; kHugepagesAuto until reuse_scope() asks the platform.
-  uint8_t huge_mode_ = 0;
-  ReuseScope reuse_scope_ = kReuseNone;  // REQUIRES lock_: once huge_mode_ is resolved
+  // REQUIRES lock_: `hugepages=auto` until reuse_scope() has asked the platform.
+  bool scope_pending_ = false;
+  ReuseScope reuse_scope_ = kReuseNone;  // REQUIRES lock_: once not scope_pending_
   // REQUIRES lock_: MADV_HUGEPAGE calls for slots of their own under a reuse
   // scope, and their bound (0: kOwnAdviceCap, a quarter of the default
   // vm.max_map_count; zero so that the backend stays in .bss).

@@ -89,6 +89,8 @@ inline constexpr unsigned kBinQuietMax = 7;
 static_assert(1u << kBinPatienceMax <= kBinQuietMax);
 __attribute__((tls_model("initial-exec"))) thread_local IdleState tl_bin_idle[kSmallClasses];
 __attribute__((tls_model("initial-exec"))) thread_local uint8_t tl_bin_idled_look[kSmallClasses];
+// The number of the thread's current idle look, modulo 256 (tl_bin_idled_look).
+inline uint8_t idle_look() { return uint8_t(tl_bin_events / kBinIdleEvents); }
 static_assert(kBinGrowEvents % kBinIdleEvents == 0);
 __attribute__((tls_model("initial-exec"))) thread_local uint8_t tl_bin_misses[kSmallClasses];
 // The classes whose bins are set up (bin_enable), for thread exit.
@@ -358,7 +360,7 @@ void bin_event(Heap* h, unsigned c, bool miss) {
   if (idle.idled) {
     // Back after an idle flush: was it too soon?
     idle.idled = 0;
-    const unsigned looks = uint8_t(tl_bin_events / kBinIdleEvents - tl_bin_idled_look[c]);
+    const unsigned looks = uint8_t(idle_look() - tl_bin_idled_look[c]);
     const unsigned waited = 1u << idle.patience;
     if (looks <= waited) {
       if (idle.patience < kBinPatienceMax) ++idle.patience;
@@ -405,7 +407,7 @@ void bin_event(Heap* h, unsigned c, bool miss) {
         idled |= class_idle(h, k);
         if (idled) {
           idle.idled = 1;
-          tl_bin_idled_look[k] = uint8_t(tl_bin_events / kBinIdleEvents);
+          tl_bin_idled_look[k] = idle_look();
         }
       } else if (grow && misses >= kBinGrowMisses && tl_bin_cap[k] < kClasses.bin_cap_max[k]) {
         bin_grow(k, kClasses.bin_cap_max[k]);
