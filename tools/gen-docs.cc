@@ -41,6 +41,14 @@ std::string held_table() {
   return out;
 }
 
+// The per-class statistics and the column derived from them.
+std::string class_table() {
+  std::string out = stats_table(lazymalloc::kClassStatInfo, lazymalloc::kClassStatCount);
+  const lazymalloc::StatInfo& o = lazymalloc::kClassOutstandingInfo;
+  out += "| `" + std::string(o.name) + "` | gauge | " + o.doc + " |\n";
+  return out;
+}
+
 struct Block {
   const char* file;  // relative to the source directory
   const char* name;  // marker name
@@ -56,6 +64,7 @@ std::vector<Block> blocks() {
       {"docs/stats.md", "stats-global", stats_table(lazymalloc::kStatInfo, lazymalloc::kStatCount)},
       {"docs/stats.md", "stats-heap", stats_table(lazymalloc::kHeapStatInfo, lazymalloc::kHeapStatCount)},
       {"docs/stats.md", "stats-held", held_table()},
+      {"docs/stats.md", "stats-class", class_table()},
   };
 }
 

@@ -59,7 +59,9 @@ LAZYMALLOC_API size_t lazymalloc_stats_write(char* buf, size_t len, int json);
 
 /* Read one statistic by its name (as printed in the text/JSON output; also
  * the rows of "held", such as small_in_use, where no statistic has the
- * name).  Returns 0 and stores the value, or -1 with errno = ENOENT. */
+ * name, and a size class's as "classes.SIZE.NAME", such as
+ * "classes.1024.carved_bytes").  Returns 0 and stores the value, or -1
+ * with errno = ENOENT. */
 LAZYMALLOC_API int lazymalloc_stat_get(const char* name, uint64_t* value);
 
 /* Read one option by its name (lower case, without the LAZYMALLOC_ prefix,

@@ -15,8 +15,15 @@ const StatInfo kStatInfo[kStatCount] = {
 };
 const StatInfo kHeapStatInfo[kHeapStatCount] = {
     LAZYMALLOC_HEAP_STATS(LM_STAT_INFO)
+};
+const StatInfo kClassStatInfo[kClassStatCount] = {
+    LAZYMALLOC_CLASS_STATS(LM_STAT_INFO)
 #undef LM_STAT_INFO
 };
+const StatInfo kClassOutstandingInfo = {
+    "outstanding_bytes", true,
+    "taken_bytes less returned_bytes: the class's objects in use or in threads' caches (the rest of "
+    "carved_bytes is free objects in the spans)"};
 
 const HeldInfo kHeldInfo[kHeldCount] = {
 #define LM_HELD_INFO(name, doc) {#name, doc},
@@ -93,6 +100,66 @@ void write_row(Writer& w, const StatInfo& info, uint64_t value, bool json, bool 
   w.put('\n');
 }
 
+// The per-class statistics (ClassRows): the classes with any value, their
+// columns the class size, kClassStatInfo's and kClassOutstandingInfo.  Text:
+// a legend (each column's description), then a table; JSON: closes "held"
+// and writes "classes":[{"size":..,..},..].
+void write_classes(Writer& w, const ClassRows& rows, bool json) {
+  constexpr unsigned kColumn = 18;  // the longest name, and a space
+  auto cell = [&](const char* name, uint64_t v, bool first) {
+    if (json) {
+      if (!first) w.put(',');
+      w.put('"');
+      w.put(name);
+      w.put("\":");
+      w.put_u64(v);
+    } else {
+      w.put_u64_padded(v, kColumn);
+    }
+  };
+  auto header = [&](const char* name) {
+    size_t n = 0;
+    while (name[n]) ++n;
+    for (size_t i = n; i < kColumn; ++i) w.put(' ');
+    w.put(name);
+  };
+  if (json) {
+    w.put("},\"classes\":[");
+  } else {
+    w.put(" size classes (summed over heaps; the classes with any):\n");
+    const StatInfo size_info{"size", true, "bytes of the class's objects"};
+    auto legend = [&](const StatInfo& info) {
+      w.put("  ");
+      w.put(info.name);
+      w.put(": ");
+      w.put(info.doc);
+      w.put('\n');
+    };
+    legend(size_info);
+    for (unsigned k = 0; k < kClassStatCount; ++k) legend(kClassStatInfo[k]);
+    legend(kClassOutstandingInfo);
+    header(size_info.name);
+    for (unsigned k = 0; k < kClassStatCount; ++k) header(kClassStatInfo[k].name);
+    header(kClassOutstandingInfo.name);
+    w.put('\n');
+  }
+  bool first_row = true;
+  for (unsigned c = 0; c < rows.n; ++c) {
+    const uint64_t* v = rows.v + size_t(c) * kClassStatCount;
+    bool any = false;
+    for (unsigned k = 0; k < kClassStatCount; ++k) any |= v[k] != 0;
+    if (!any) continue;
+    if (json) w.put(first_row ? "{" : ",{");
+    first_row = false;
+    cell("size", rows.size[c], true);
+    for (unsigned k = 0; k < kClassStatCount; ++k) cell(kClassStatInfo[k].name, v[k], false);
+    cell(kClassOutstandingInfo.name,
+         v[unsigned(ClassStat::taken_bytes)] - v[unsigned(ClassStat::returned_bytes)], false);
+    w.put(json ? "}" : "\n");
+  }
+  if (json) w.put(']');
+}
+
 }  // namespace
 
 bool stat_find(const char* name, bool* heap_stat, unsigned* index) {
@@ -113,6 +180,29 @@ bool stat_find(const char* name, bool* heap_stat, unsigned* index) {
   return false;
 }
 
+bool class_stat_parse(const char* name, uint64_t* size, unsigned* index) {
+  const char prefix[] = "classes.";
+  for (unsigned i = 0; i + 1 < sizeof prefix; ++i) {
+    if (name[i] != prefix[i]) return false;
+  }
+  const char* p = name + sizeof prefix - 1;
+  uint64_t n = 0;
+  if (*p < '0' || *p > '9') return false;
+  for (; *p >= '0' && *p <= '9'; ++p) {
+    if (n > (UINT64_MAX - 9) / 10) return false;
+    n = n * 10 + unsigned(*p - '0');
+  }
+  if (*p++ != '.') return false;
+  for (unsigned k = 0; k <= kClassStatCount; ++k) {
+    if (same(p, k < kClassStatCount ? kClassStatInfo[k].name : kClassOutstandingInfo.name)) {
+      *size = n;
+      *index = k;
+      return true;
+    }
+  }
+  return false;
+}
+
 bool held_find(const char* name, unsigned* index) {
   for (unsigned i = 0; i < kHeldCount; ++i) {
     if (same(name, kHeldInfo[i].name)) {
@@ -124,7 +214,7 @@ bool held_find(const char* name, unsigned* index) {
 }
 
 void stats_write(Writer& w, const StatsOrigin& origin, const uint64_t* global, const uint64_t* heap, bool json,
-                 const uint64_t* heap_cache, unsigned nheaps) {
+                 const uint64_t* heap_cache, unsigned nheaps, const ClassRows* classes) {
   const unsigned width = name_width();
   if (json) {
     w.put("{\"pid\":");
@@ -157,8 +247,9 @@ void stats_write(Writer& w, const StatsOrigin& origin, const uint64_t* global, c
     write_row(w, StatInfo{kHeldInfo[i].name, true, kHeldInfo[i].doc}, held[i], json, i == 0, width);
   }
   const unsigned shown = nheaps < 64 ? nheaps : 64;
+  if (classes) write_classes(w, *classes, json);
   if (json) {
-    w.put("},\"heap_cache_bytes\":[");
+    w.put(classes ? ",\"heap_cache_bytes\":[" : "},\"heap_cache_bytes\":[");
     for (unsigned i = 0; i < shown; ++i) {
       if (i) w.put(',');
       w.put_u64(heap_cache[i]);

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 
 namespace lazymalloc {
@@ -216,6 +217,35 @@ enum class HeapStat : unsigned {
   kCount
 };
 
+// Per size class: kept by each heap like its statistics (in the heap's
+// record, frontend/internal.h), summed over heaps when printed, one row per
+// class that has any (text: a table after the held bytes; JSON: "classes",
+// an array of objects with the class's "size").  They say where a class's
+// memory is: its spans, the part of them its objects have touched, and how
+// much of that its objects hold (taken_bytes less returned_bytes, printed as
+// outstanding_bytes); the rest of carved_bytes is free objects in the spans.
+// X(name, kind, description)
+#define LAZYMALLOC_CLASS_STATS(X)                                                                  \
+  X(spans, gauge, "live small spans of the class")                                                \
+  X(span_bytes, gauge, "bytes of those spans")                                                    \
+  X(carved_bytes, gauge, "bytes of their objects carved since each span was made: what use has "  \
+    "touched of span_bytes (pages purged inside the spans since included)")                        \
+  X(taken_bytes, counter, "bytes of the class's objects taken from its spans to a thread's cache " \
+    "or a caller (span_taken_bytes)")                                                              \
+  X(returned_bytes, counter, "bytes of them returned to the spans, by any thread "                 \
+    "(span_returned_bytes and orphan_return_bytes)")                                               \
+  X(refills, counter, "refills of a thread's cache of the class from its spans (span_refills)")   \
+  X(flushes, counter, "times a thread's cache of the class overflowed and returned objects to "    \
+    "their spans (cache_flushes)")
+
+enum class ClassStat : unsigned {
+#define LM_STAT_ENUM(name, kind, doc) name,
+  LAZYMALLOC_CLASS_STATS(LM_STAT_ENUM)
+#undef LM_STAT_ENUM
+  kCount
+};
+inline constexpr unsigned kClassStatCount = unsigned(ClassStat::kCount);
+
 inline constexpr unsigned kStatCount = unsigned(Stat::kCount);
 inline constexpr unsigned kHeapStatCount = unsigned(HeapStat::kCount);
 
@@ -275,6 +305,19 @@ struct HeapStats {
   }
 };
 
+// One class's statistics in one heap: written by whoever holds the heap
+// (plain load+store), read by anyone.  Gauges may go below zero in one heap
+// (a span made by one heap and given back by another that adopted it): n
+// is then a difference modulo 2^64, and the sum over heaps stays exact.
+struct ClassStats {
+  std::atomic<uint64_t> v[kClassStatCount] = {};
+
+  void inc(ClassStat s, uint64_t n = 1) {
+    auto& c = v[unsigned(s)];
+    c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+  }
+};
+
 struct StatInfo {
   const char* name;
   bool gauge;
@@ -282,6 +325,21 @@ struct StatInfo {
 };
 extern const StatInfo kStatInfo[kStatCount];
 extern const StatInfo kHeapStatInfo[kHeapStatCount];
+extern const StatInfo kClassStatInfo[kClassStatCount];
+// The column printed after them: taken_bytes less returned_bytes.
+extern const StatInfo kClassOutstandingInfo;
+
+// The buffer a statistics report is rendered into (lm_stats_print; a
+// report with every size class takes about 32 KiB of text).
+inline constexpr size_t kStatsReportBytes = 65536;
+
+// The per-class statistics of a report: n classes, size[i] bytes each, and
+// their values, kClassStatCount a class (summed over heaps).
+struct ClassRows {
+  unsigned n;
+  const uint32_t* size;
+  const uint64_t* v;
+};
 
 // Finds a statistic by name: returns true and sets *heap_stat and *index.
 bool stat_find(const char* name, bool* heap_stat, unsigned* index);
@@ -317,6 +375,10 @@ struct HeldInfo {
 extern const HeldInfo kHeldInfo[kHeldCount];
 // The rows from the statistics (global: kStatCount values, heap: the sums).
 void held_rows(const uint64_t* global, const uint64_t* heap, uint64_t* out);
+// Reads "classes.SIZE.NAME" (a per-class statistic, as lazymalloc_stat_get
+// names it): returns true and sets *size and *index (the ClassStat, or
+// kClassStatCount for outstanding_bytes).
+bool class_stat_parse(const char* name, uint64_t* size, unsigned* index);
 // Finds a held row by name: returns true and sets *index.
 bool held_find(const char* name, unsigned* index);
 
@@ -330,14 +392,15 @@ struct StatsOrigin {
 
 // Writes all statistics: `global` has kStatCount values, `heap` the sums of
 // kHeapStatCount per-heap values, then where the held bytes are, then the
+// size classes (`classes`, if given: the classes with any value), then the
 // bytes in each heap's thread caches (`heap_cache`, `nheaps` of them: at
 // most 64 printed).  Text is a table with descriptions after a line naming
 // the origin; JSON is one object {"pid":..,"program":..,"time":..,
-// "version":..,"stats":{..},"held":{..},"heap_cache_bytes":[..],
-// "options":{..}}, the time as ISO 8601 UTC with milliseconds
+// "version":..,"stats":{..},"held":{..},"classes":[{"size":..,..},..],
+// "heap_cache_bytes":[..],"options":{..}}, the time as ISO 8601 UTC with milliseconds
 // ("2026-11-30T22:36:41.123Z").
 void stats_write(Writer& w, const StatsOrigin& origin, const uint64_t* global, const uint64_t* heap, bool json,
-                 const uint64_t* heap_cache = nullptr, unsigned nheaps = 0);
+                 const uint64_t* heap_cache = nullptr, unsigned nheaps = 0, const ClassRows* classes = nullptr);
 
 // The path of LAZYMALLOC_STATS_FILE for `origin`: `%p` becomes the pid, `%e`
 // the program name (a '/' in it becomes '_'), `%%` a '%'; any other '%'

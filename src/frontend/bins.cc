@@ -642,6 +642,7 @@ LM_NOINLINE void bin_overflow(Span* s, void* p) {
         bin_flush(h, c, tl_bin_cap[c] / 2);
       }
       heap_count(h, HeapStat::cache_flushes);
+      class_count(h, c, ClassStat::flushes);
       bin_event(h, c, !consumer);
     }
   }

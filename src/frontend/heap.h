@@ -232,6 +232,9 @@ struct Heap {
   // kBinSlots entries for the owning thread's bins, in the heap's record
   // (HeapRecord, frontend/internal.h).
   Block** bin_slots = nullptr;
+  // The statistics of each size class (kSmallClasses), in the heap's record
+  // too; nullptr for the shared empty heap (class_count).
+  ClassStats* class_stats = nullptr;
   // The pages of the heap's record (bit i: page i) counted in
   // metadata_bytes: the heap's own, then those its classes' stacks lie on,
   // from each class's first use by a thread of the heap (bin_enable).

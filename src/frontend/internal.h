@@ -50,6 +50,8 @@ extern constinit Heap g_empty_heap;  // tl_heap of a thread that has none
 struct alignas(kOsPageSize) HeapRecord {
   Heap heap;
   Block* bin_slots[kBinSlots];
+  // Heap::class_stats, on a page of their own (counted with the heap's).
+  alignas(kOsPageSize) ClassStats class_stats[kSmallClasses];
 };
 
 static_assert(sizeof(HeapRecord) / kOsPageSize <= 32, "Heap::record_pages has a bit per page");
@@ -78,6 +80,9 @@ struct Global {
   // The collector's last span_idle_ns (0: none yet): in-span purging's
   // hysteresis (span_purge.cc) measures revivals against it.
   std::atomic<uint64_t> span_delay_ns{0};
+  // Bytes of each class's objects returned to their spans by threads
+  // without a heap (orphan_return_bytes by class: ClassStat::returned_bytes).
+  std::atomic<uint64_t> class_orphan_returned[kSmallClasses] = {};
 };
 extern constinit Global g;
 extern int g_stats_fd;
@@ -96,6 +101,10 @@ extern constinit __attribute__((tls_model("initial-exec"))) thread_local bool tl
 // empty heap) counts nothing.
 inline void heap_count(Heap* h, HeapStat stat, uint64_t n = 1) {
   if (h != &g_empty_heap) h->stats.inc(stat, n);
+}
+// The same for the statistics of heap h's class c.  REQUIRES h held.
+inline void class_count(Heap* h, unsigned c, ClassStat stat, uint64_t n = 1) {
+  if (h->class_stats) h->class_stats[c].inc(stat, n);
 }
 
 // Counts a folded global statistic (core/stats.h, Folded) on heap h, or,
@@ -213,6 +222,10 @@ void link_objects(Span* s, uint32_t first, uint32_t n);
 // tail (bin_refill), secure mode's carve lists as many (spans.cc).
 inline constexpr uint32_t kCarveBytes = 16384;
 inline uint32_t carve_objects(const Span* s) { return s->obj_size >= kCarveBytes ? 1 : kCarveBytes / s->obj_size; }
+// The objects of span s carved since it was made (ClassStat::carved_bytes):
+// a restart (span_restart_if_empty) carves again from the first, below the
+// most carved before it (carved_max).
+inline uint32_t span_carved(const Span* s) { return s->reserved > s->carved_max ? s->reserved : s->carved_max; }
 // Takes n never-used objects of span s (from `reserved` on) by address: no
 // link is written or read.  out[n - 1] is the lowest, so a stack filled
 // from out pops them in address order; each is tagged free; `used` and the

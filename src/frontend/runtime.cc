@@ -168,7 +168,10 @@ Heap* heap_for_thread() {
       if (!r) return nullptr;
       h = new (&r->heap) Heap();
       h->bin_slots = r->bin_slots;
+      h->class_stats = r->class_stats;
       heap_record_touch(h, 0, sizeof(Heap));
+      const size_t at = size_t(reinterpret_cast<char*>(r->class_stats) - reinterpret_cast<char*>(r));
+      heap_record_touch(h, at, at + sizeof r->class_stats);
       h->owner = uint8_t(1 + g.heaps_made++ % kOwners);
       if (g_secure) h->rng = g_platform->random(g_platform->ctx) | 1;
       h->next_all = g.all_heaps;
@@ -465,16 +468,33 @@ void lm_memory_state(uint64_t out[5]) {
 
 namespace {
 // The statistics now; `heap_cache` (if given) gets each heap's cache_bytes,
-// newest heap first, at most kMaxHeapsShown (*nheaps: how many heaps).
+// newest heap first, at most kMaxHeapsShown (*nheaps: how many heaps), and
+// `classes` (if given) the per-class statistics summed over heaps
+// (kSmallClasses rows of kClassStatCount).
 constexpr unsigned kMaxHeapsShown = 64;
-void snapshot(uint64_t* global, uint64_t* heap, uint64_t* heap_cache = nullptr, unsigned* nheaps = nullptr) {
+void snapshot(uint64_t* global, uint64_t* heap, uint64_t* heap_cache = nullptr, unsigned* nheaps = nullptr,
+              uint64_t* classes = nullptr) {
   g.discard.refresh_stats();
   for (unsigned i = 0; i < kStatCount; ++i) global[i] = g.stats.v[i].load(std::memory_order_relaxed);
   for (unsigned i = 0; i < kHeapStatCount; ++i) heap[i] = 0;
+  if (classes) {
+    for (unsigned c = 0; c < kSmallClasses; ++c) {
+      uint64_t* row = classes + size_t(c) * kClassStatCount;
+      for (unsigned k = 0; k < kClassStatCount; ++k) row[k] = 0;
+      row[unsigned(ClassStat::returned_bytes)] = g.class_orphan_returned[c].load(std::memory_order_relaxed);
+    }
+  }
   LockGuard guard(g.heaps_lock);
   unsigned n = 0;
   for (Heap* h = g.all_heaps; h; h = h->next_all, ++n) {
     for (unsigned i = 0; i < kHeapStatCount; ++i) heap[i] += h->stats.v[i].load(std::memory_order_relaxed);
+    if (classes) {
+      for (unsigned c = 0; c < kSmallClasses; ++c) {
+        for (unsigned k = 0; k < kClassStatCount; ++k) {
+          classes[size_t(c) * kClassStatCount + k] += h->class_stats[c].v[k].load(std::memory_order_relaxed);
+        }
+      }
+    }
     for (unsigned i = 0; i < kFoldedCount; ++i) {
       global[unsigned(kFoldedStat[i])] += h->stats.folded[i].load(std::memory_order_relaxed);
     }
@@ -501,17 +521,28 @@ StatsOrigin origin_now(char* name, size_t len) {
 size_t render_stats(char* buf, size_t len, bool json, const StatsOrigin& origin) {
   lm_init();
   uint64_t global[kStatCount], heap[kHeapStatCount], heap_cache[kMaxHeapsShown];
+  uint64_t classes[kSmallClasses * kClassStatCount];
   unsigned nheaps = 0;
-  snapshot(global, heap, heap_cache, &nheaps);
+  snapshot(global, heap, heap_cache, &nheaps, classes);
+  uint32_t sizes[kSmallClasses];
+  for (unsigned c = 0; c < kSmallClasses; ++c) sizes[c] = uint32_t(class_size(c));
+  const ClassRows rows{kSmallClasses, sizes, classes};
   Writer w(buf, len);
-  stats_write(w, origin, global, heap, json, heap_cache, nheaps);
+  stats_write(w, origin, global, heap, json, heap_cache, nheaps, &rows);
   return w.finish();
 }
 
+// A report is rendered into a mapping of its own (kStatsReportBytes), or,
+// where none is had, into a stack buffer that may cut it short.
 void write_stats(bool json, int fd, const StatsOrigin& origin) {
-  char buf[24576];
-  size_t n = render_stats(buf, sizeof buf, json, origin);
-  g_platform->write(g_platform->ctx, fd, buf, n < sizeof buf ? n : sizeof buf - 1);
+  constexpr size_t kReportBytes = kStatsReportBytes;
+  char local[24576];
+  char* mapped = static_cast<char*>(g_platform->map(g_platform->ctx, kReportBytes));
+  char* buf = mapped ? mapped : local;
+  const size_t cap = mapped ? kReportBytes : sizeof local;
+  size_t n = render_stats(buf, cap, json, origin);
+  g_platform->write(g_platform->ctx, fd, buf, n < cap ? n : cap - 1);
+  if (mapped) g_platform->unmap(g_platform->ctx, mapped, kReportBytes);
 }
 }  // namespace
 
@@ -574,6 +605,23 @@ int lm_stat_get(const char* name, uint64_t* value) {
   if (!name || !value) {
     pal::set_errno(ENOENT);
     return -1;
+  }
+  uint64_t size;
+  if (class_stat_parse(name, &size, &index)) {
+    unsigned c = 0;
+    while (c < kSmallClasses && class_size(c) != size) ++c;
+    if (c == kSmallClasses) {
+      pal::set_errno(ENOENT);
+      return -1;
+    }
+    lm_init();
+    uint64_t global[kStatCount], heap[kHeapStatCount], classes[kSmallClasses * kClassStatCount];
+    snapshot(global, heap, nullptr, nullptr, classes);
+    const uint64_t* row = classes + size_t(c) * kClassStatCount;
+    *value = index < kClassStatCount
+                 ? row[index]
+                 : row[unsigned(ClassStat::taken_bytes)] - row[unsigned(ClassStat::returned_bytes)];
+    return 0;
   }
   if (!stat_find(name, &heap_stat, &index)) {
     if (!held_find(name, &index)) {

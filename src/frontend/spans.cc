@@ -223,6 +223,9 @@ void span_to_backend(Heap* h, Span* s) {
   h->stats.inc(HeapStat::spans_released);
   g.stats.sub(Stat::small_spans, 1);
   g.stats.sub(Stat::small_span_bytes, s->bytes);
+  class_count(h, s->cls, ClassStat::spans, uint64_t(-1));
+  class_count(h, s->cls, ClassStat::span_bytes, -uint64_t(s->bytes));
+  class_count(h, s->cls, ClassStat::carved_bytes, -uint64_t(span_carved(s)) * s->obj_size);
   s->heap = nullptr;
   s->next = h->to_release;
   h->to_release = s;
@@ -373,8 +376,10 @@ namespace {
 // listed: the carve limit moves past them (atomic: the failure paths of
 // other threads' frees read it).
 void span_reserved_add(Span* s, uint32_t n) {
+  const uint32_t before = span_carved(s);
   __atomic_store_n(&s->reserved, s->reserved + n, __ATOMIC_RELAXED);
   span_set_check_limit(s);
+  class_count(s->heap, s->cls, ClassStat::carved_bytes, uint64_t(span_carved(s) - before) * s->obj_size);
 }
 }  // namespace
 
@@ -551,6 +556,8 @@ Span* span_new(Heap* h, unsigned c) {
     h->kept_bytes -= s->bytes;
     s->zero = 0;
     h->stats.inc(HeapStat::sparse_span_reuses);
+    // Starts over (below): a kept span of the class is carved anew.
+    class_count(h, c, ClassStat::carved_bytes, -uint64_t(span_carved(s)) * s->obj_size);
   } else {
     const bool sparse = class_sparse_now(c);
     s = g.backend.alloc_units_span(kClasses.units[c], sparse, h->owner);
@@ -558,6 +565,8 @@ Span* span_new(Heap* h, unsigned c) {
     s->sparse = sparse;
     g.stats.add(Stat::small_spans, 1);
     g.stats.add(Stat::small_span_bytes, s->bytes);
+    class_count(h, c, ClassStat::spans);
+    class_count(h, c, ClassStat::span_bytes, s->bytes);
     h->stats.inc(HeapStat::spans_acquired);
   }
   if (s->sparse) h->sparse_bytes += s->bytes;
@@ -677,11 +686,22 @@ LM_INLINE uint32_t link_in_span(const Span* s, Block* const* v, uint32_t i, uint
 // Counts n objects of span s returned by heap h's thread (or by a thread
 // without a heap).
 void count_return(Heap* h, const Span* s, uint32_t n) {
+  const uint64_t bytes = uint64_t(n) * s->obj_size;
   if (LM_LIKELY(h != &g_empty_heap)) {
-    h->stats.inc(HeapStat::span_returned_bytes, uint64_t(n) * s->obj_size);
+    h->stats.inc(HeapStat::span_returned_bytes, bytes);
+    class_count(h, s->cls, ClassStat::returned_bytes, bytes);
   } else {
-    g.stats.add(Stat::orphan_return_bytes, uint64_t(n) * s->obj_size);
+    g.stats.add(Stat::orphan_return_bytes, bytes);
+    g.class_orphan_returned[s->cls].fetch_add(bytes, std::memory_order_relaxed);
   }
+}
+
+// Counts n objects of span s taken by heap h (to its thread's cache or a
+// caller).
+void count_taken(Heap* h, const Span* s, uint32_t n) {
+  const uint64_t bytes = uint64_t(n) * s->obj_size;
+  h->stats.inc(HeapStat::span_taken_bytes, bytes);
+  class_count(h, s->cls, ClassStat::taken_bytes, bytes);
 }
 
 // Heap h's own span s got n objects back on local_free, whose head is now
@@ -951,11 +971,12 @@ Block* refill(Heap* h, unsigned c, Bin& bin) {
     if (head && head->free) {
       Block* b = take(head, head->free);
       span_objects_taken(head, &b, 1);
-      h->stats.inc(HeapStat::span_taken_bytes, head->obj_size);
+      count_taken(h, head, 1);
       return b;
     }
   }
   h->stats.inc(HeapStat::span_refills);
+  class_count(h, c, ClassStat::refills);
   if (h->delayed.load(std::memory_order_relaxed)) process_delayed(h);
   Span* s = queue_find(h, q);
   if (!s && adopt_spans(h)) s = queue_find(h, q);
@@ -984,7 +1005,7 @@ Block* refill(Heap* h, unsigned c, Bin& bin) {
     if constexpr (kChecks) tag_word(b) = 0;
   }
   bin_refill(bin, c, s);
-  h->stats.inc(HeapStat::span_taken_bytes, uint64_t(1 + (bin.top - bin.base)) * s->obj_size);
+  count_taken(h, s, uint32_t(1 + (bin.top - bin.base)));
   if (span_has_purged(s)) {
     span_objects_taken(s, &b, 1);
     if (bin.base) span_objects_taken(s, bin.base, uint32_t(bin.top - bin.base));

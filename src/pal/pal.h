@@ -58,7 +58,8 @@ struct Platform {
   // Metadata memory (page map leaves, slot, span, arena and heap records):
   // `size` bytes, page-aligned, zero-filled.  nullptr on failure.
   void* (*map)(void* ctx, size_t size);
-  // Gives back a reservation or a metadata mapping (failure paths only).
+  // Gives back a reservation or a metadata mapping (failure paths), or
+  // the buffer of a statistics report.
   void (*unmap)(void* ctx, void* addr, size_t size);
   // MADV_HUGEPAGE / MADV_NOHUGEPAGE on a range; failures are ignored.
   void (*advise_hugepage)(void* ctx, void* addr, size_t size, bool huge);

@@ -395,7 +395,7 @@ TEST(Stats, JsonAndTextNameEveryCounter) {
     EXPECT_NE(json.find(key), std::string::npos) << key;
   }
   EXPECT_EQ(json.front(), '{');
-  EXPECT_LT(t.length(), 24576u) << "lm_stats_print's buffer is too small for the text report";
+  EXPECT_LT(t.length(), 24576u) << "the text report without classes outgrew lm_stats_print's stack buffer";
   EXPECT_NE(json.find("\"options\":{"), std::string::npos);
   bool is_heap;
   unsigned idx;
@@ -408,6 +408,75 @@ TEST(Stats, JsonAndTextNameEveryCounter) {
   EXPECT_TRUE(held_find("small_in_use", &idx));
   EXPECT_EQ(idx, unsigned(Held::small_in_use));
   EXPECT_FALSE(held_find("lazy_bytes", &idx));
+}
+
+// Per-class statistics: a row per class with any value, every statistic by
+// name in both forms, and outstanding_bytes (taken less returned) after
+// them; the whole report with every class fits lm_stats_print's buffer.
+TEST(Stats, ClassRowsNameEveryStatisticForTheClassesWithAny) {
+  uint64_t global[kStatCount] = {}, heap[kHeapStatCount] = {};
+  constexpr unsigned kRows = 52;
+  uint32_t size[kRows];
+  uint64_t v[kRows * kClassStatCount] = {};
+  for (unsigned c = 0; c < kRows; ++c) {
+    size[c] = 16 * (c + 1);
+    if (c == 3) continue;  // no value: no row
+    for (unsigned k = 0; k < kClassStatCount; ++k) v[c * kClassStatCount + k] = 100000000000000ull + 1000 * c + k;
+    v[c * kClassStatCount + unsigned(ClassStat::returned_bytes)] = 7 * c;
+  }
+  const ClassRows rows{kRows, size, v};
+  std::vector<char> buf(kStatsReportBytes + 1);
+  Writer j(buf.data(), buf.size());
+  stats_write(j, test_origin(), global, heap, true, nullptr, 0, &rows);
+  ASSERT_LT(j.finish(), buf.size());
+  const std::string json(buf.data());
+  Writer t(buf.data(), buf.size());
+  stats_write(t, test_origin(), global, heap, false, nullptr, 0, &rows);
+  ASSERT_LT(t.finish(), kStatsReportBytes) << "lm_stats_print's buffer is too small for the text report";
+  const std::string text(buf.data());
+
+  const size_t at = json.find("\"classes\":[");
+  ASSERT_NE(at, std::string::npos) << json;
+  EXPECT_LT(json.find("\"held\":{"), at);
+  EXPECT_GT(json.find("\"options\":{"), at);
+  const std::string arr = json.substr(at, json.find(']', at) - at);
+  EXPECT_EQ(std::count(arr.begin(), arr.end(), '{'), kRows - 1) << arr;
+  EXPECT_EQ(arr.find("{\"size\":64,"), std::string::npos) << "a class with no value has no row";
+  for (unsigned c : {0u, 5u, kRows - 1}) {
+    const uint64_t* r = v + c * kClassStatCount;
+    std::string row = "{\"size\":" + std::to_string(size[c]);
+    for (unsigned k = 0; k < kClassStatCount; ++k) {
+      row += ",\"" + std::string(kClassStatInfo[k].name) + "\":" + std::to_string(r[k]);
+    }
+    row += ",\"outstanding_bytes\":" +
+           std::to_string(r[unsigned(ClassStat::taken_bytes)] - r[unsigned(ClassStat::returned_bytes)]) + "}";
+    EXPECT_NE(arr.find(row), std::string::npos) << row << "\n" << arr;
+  }
+
+  // Text: each statistic's description, a header, then one line per class
+  // whose numbers are the JSON's.
+  for (unsigned k = 0; k < kClassStatCount; ++k) {
+    EXPECT_NE(text.find(std::string("  ") + kClassStatInfo[k].name + ": " + kClassStatInfo[k].doc + "\n"),
+              std::string::npos)
+        << kClassStatInfo[k].name;
+  }
+  std::istringstream in(text.substr(text.find("\n size classes (") + 1));
+  std::string line;
+  std::vector<std::vector<std::string>> table;
+  while (std::getline(in, line) && line.rfind(" thread caches", 0) != 0 && line != " options:") {
+    if (line.find(": ") != std::string::npos || line.rfind(" size classes", 0) == 0) continue;
+    std::istringstream cells(line);
+    std::vector<std::string> row;
+    for (std::string cell; cells >> cell;) row.push_back(cell);
+    table.push_back(row);
+  }
+  ASSERT_EQ(table.size(), size_t(kRows));  // the header and kRows - 1 classes
+  ASSERT_EQ(table[0].size(), size_t(kClassStatCount + 2));
+  EXPECT_EQ(table[0].front(), "size");
+  EXPECT_EQ(table[0].back(), "outstanding_bytes");
+  EXPECT_EQ(table[1].front(), "16");
+  EXPECT_EQ(table[1][1 + unsigned(ClassStat::span_bytes)], std::to_string(v[unsigned(ClassStat::span_bytes)]));
+  EXPECT_EQ(table[4].front(), "80") << "the row of 64 is left out";
 }
 
 TEST(Writer, TruncatesButCountsTheWholeLength) {

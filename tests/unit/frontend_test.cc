@@ -466,9 +466,14 @@ TEST(ThreadCache, AHeapRecordCountsThePagesItsThreadTouched) {
     grew_big = stat("metadata_bytes") - before;
   }).join();
   EXPECT_EQ(start & pages_of(0, sizeof(Heap)), pages_of(0, sizeof(Heap)));
+  // The per-class statistics' page counts from the start, with the heap's.
+  const size_t stats_at = offsetof(detail::HeapRecord, class_stats);
+  const uint32_t stats_pages = pages_of(stats_at, stats_at + sizeof(ClassStats) * kSmallClasses);
+  EXPECT_EQ(__builtin_popcount(stats_pages), 1);
+  EXPECT_EQ(start & stats_pages, stats_pages);
   EXPECT_EQ(after_mid, start | class_pages(mid));
   EXPECT_EQ(after_big, after_mid | class_pages(big));
-  EXPECT_LT(sizeof(detail::HeapRecord), 13 * kOsPageSize);
+  EXPECT_LE(sizeof(detail::HeapRecord), 13 * kOsPageSize);
   // Each class's new pages, and at most a page of span records for its
   // span.
   const uint64_t mid_new = uint64_t(__builtin_popcount(after_mid & ~start)) * kOsPageSize;

@@ -1361,5 +1361,102 @@ TEST(CacheStats, ThreadCachesAreCountedAtSlowPathsAndEveryHeldByteIsPlaced) {
   EXPECT_EQ(lm_check_invariants(), nullptr);
 }
 
+// The per-class statistics (docs/stats.md, "Size classes"): a thread's
+// objects of one class show in that class's row as spans, carved and
+// outstanding bytes, and leave it as they are freed and collected; the rows
+// summed give the global statistics they break down.
+nlohmann::json class_row(const nlohmann::json& report, uint64_t size) {
+  for (const auto& r : report["classes"]) {
+    if (r["size"].get<uint64_t>() == size) return r;
+  }
+  nlohmann::json none = nlohmann::json::object();
+  for (unsigned k = 0; k < kClassStatCount; ++k) none[kClassStatInfo[k].name] = 0;
+  none["outstanding_bytes"] = 0;
+  return none;
+}
+
+void expect_rows_sum_to_totals(const nlohmann::json& report) {
+  const auto& st = report["stats"];
+  uint64_t sum[kClassStatCount] = {};
+  for (const auto& r : report["classes"]) {
+    for (unsigned k = 0; k < kClassStatCount; ++k) sum[k] += r[kClassStatInfo[k].name].get<uint64_t>();
+    EXPECT_LE(r["carved_bytes"].get<uint64_t>(), r["span_bytes"].get<uint64_t>()) << r.dump();
+    EXPECT_EQ(r["outstanding_bytes"].get<uint64_t>(),
+              r["taken_bytes"].get<uint64_t>() - r["returned_bytes"].get<uint64_t>());
+  }
+  EXPECT_EQ(sum[unsigned(ClassStat::spans)], st["small_spans"].get<uint64_t>());
+  EXPECT_EQ(sum[unsigned(ClassStat::span_bytes)], st["small_span_bytes"].get<uint64_t>());
+  EXPECT_EQ(sum[unsigned(ClassStat::taken_bytes)], st["span_taken_bytes"].get<uint64_t>());
+  EXPECT_EQ(sum[unsigned(ClassStat::returned_bytes)],
+            st["span_returned_bytes"].get<uint64_t>() + st["orphan_return_bytes"].get<uint64_t>());
+  EXPECT_EQ(sum[unsigned(ClassStat::refills)], st["span_refills"].get<uint64_t>());
+  EXPECT_EQ(sum[unsigned(ClassStat::flushes)], st["cache_flushes"].get<uint64_t>());
+}
+
+TEST(ClassStats, AClassRowFollowsItsObjectsAndTheRowsSumToTheTotals) {
+  option_set(unsigned(Opt::background), 0);
+  lm_init();
+  lm_thread_collect();
+  constexpr unsigned kObjects = 300;
+  const size_t size = lm_usable_size(lm_malloc(1000));  // (kept by this thread's cache)
+  ASSERT_EQ(size, 1024u);
+  lmt::Phases phases;  // 1: allocated; 2: free; 3: freed and collected; 4: exit
+  const nlohmann::json before = held_now();
+  expect_rows_sum_to_totals(before);
+  const nlohmann::json row0 = class_row(before, size);
+  auto delta = [&](const nlohmann::json& row, const char* name) {
+    return row[name].get<uint64_t>() - row0[name].get<uint64_t>();
+  };
+  std::thread worker([&] {
+    std::vector<void*> v;
+    for (unsigned i = 0; i < kObjects; ++i) v.push_back(lm_malloc(1000));
+    phases.set(1);
+    phases.wait(2);
+    for (void* p : v) lm_free(p);
+    lm_thread_collect();
+    phases.set(3);
+    phases.wait(4);
+  });
+  phases.wait(1);
+  const nlohmann::json held = held_now();
+  expect_rows_sum_to_totals(held);
+  const nlohmann::json row = class_row(held, size);
+  // 300 objects of 1 KiB take five spans of 64 units' worth at least.
+  EXPECT_GE(delta(row, "spans"), 5u) << row.dump();
+  EXPECT_EQ(delta(row, "span_bytes") % 65536, 0u) << row.dump();
+  EXPECT_GE(delta(row, "outstanding_bytes"), kObjects * size) << row.dump();
+  EXPECT_LE(delta(row, "outstanding_bytes"), (kObjects + 128) * size) << "at most a cache more";
+  EXPECT_GE(delta(row, "carved_bytes"), delta(row, "outstanding_bytes"));
+  EXPECT_GE(delta(row, "refills"), 1u);
+  // One value by name, as lazymalloc_stat_get reads it (the worker waits).
+  uint64_t v = 0;
+  const std::string name = "classes." + std::to_string(size) + ".";
+  ASSERT_EQ(lm_stat_get((name + "span_bytes").c_str(), &v), 0);
+  EXPECT_EQ(v, row["span_bytes"].get<uint64_t>());
+  ASSERT_EQ(lm_stat_get((name + "outstanding_bytes").c_str(), &v), 0);
+  EXPECT_EQ(v, row["outstanding_bytes"].get<uint64_t>());
+  for (const char* bad : {"classes.1000.spans", "classes.1024.nope", "classes.1024", "classes..spans",
+                          "classes.99999999999999999999999.spans"}) {
+    errno = 0;
+    EXPECT_EQ(lm_stat_get(bad, &v), -1) << bad;
+    EXPECT_EQ(errno, ENOENT) << bad;
+  }
+  phases.set(2);
+  phases.wait(3);
+  const nlohmann::json after = held_now();
+  expect_rows_sum_to_totals(after);
+  const nlohmann::json back = class_row(after, size);
+  // Every object back in its span, and the emptied spans (the worker's
+  // current one too, collected) back to the backend.
+  EXPECT_EQ(delta(back, "outstanding_bytes"), 0u) << back.dump();
+  EXPECT_EQ(delta(back, "spans"), 0u) << back.dump();
+  EXPECT_EQ(delta(back, "span_bytes"), 0u);
+  EXPECT_EQ(delta(back, "carved_bytes"), 0u);
+  EXPECT_GE(delta(back, "flushes"), 1u);
+  phases.set(4);
+  worker.join();
+  EXPECT_EQ(lm_check_invariants(), nullptr);
+}
+
 }  // namespace
 }  // namespace lazymalloc
