@@ -522,7 +522,7 @@ void bins_return_all(Heap* h, bool exiting) {
 // entries at or above K, and top never drops below K: storing base = K
 // leaves a valid stack of at most one entry.  So the collector takes all
 // but one entry of the allocation stack; a class whose stack holds at most
-// one object (bin_cap 1: classes above 8 KiB) keeps it.  Without the
+// one object keeps it.  Without the
 // barrier (the platform has none: g_heap_fence; or it failed), step 3
 // puts base back to B and takes nothing from the allocation stacks.
 //
