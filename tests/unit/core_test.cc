@@ -30,6 +30,23 @@ TEST(SizeClass, CoversEverySizeWithBoundedWaste) {
   EXPECT_EQ(size_class(kMaxSmall), kSmallClasses - 1);
 }
 
+// A page and its header (4 KiB and a few hundred bytes: sqlite's page cache
+// allocates 4,368 bytes a page, its allocations of 4 KiB 4,104 with their
+// prefix) lose at most 512 bytes: the classes from 4 to 8 KiB are 512
+// bytes apart, and the powers of two around them are still classes.
+TEST(SizeClass, SizesFrom4To8KiBRoundUpByAtMost512Bytes) {
+  for (size_t s = 4097; s <= 8192; ++s) {
+    const size_t got = class_size(size_class(s));
+    ASSERT_LT(got - s, 512u) << s;
+    ASSERT_EQ(got % 512, 0u) << s;
+  }
+  EXPECT_EQ(class_size(size_class(4104)), 4608u);
+  EXPECT_EQ(class_size(size_class(4368)), 4608u);
+  EXPECT_EQ(class_size(size_class(4096)), 4096u);
+  EXPECT_EQ(class_size(size_class(8193)), 10240u);  // four classes a power of two again
+  EXPECT_EQ(class_size(size_class(16384 + 1)), 20480u);
+}
+
 TEST(SizeClass, AlignedClassesAreMultiplesOfTheAlignment) {
   for (size_t align = 32; align <= kUnitSize; align *= 2) {
     for (size_t s : {size_t(1), size_t(17), align - 1, align, align + 1, 3 * align + 5, size_t(100000)}) {
