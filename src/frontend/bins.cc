@@ -11,7 +11,7 @@
 namespace lazymalloc::detail {
 
 constinit __attribute__((tls_model("initial-exec"))) thread_local Bin tl_bins[kSmallClasses] = {};
-constinit __attribute__((tls_model("initial-exec"))) thread_local Block** tl_bin_fbase[kSmallClasses] = {};
+constinit __attribute__((tls_model("initial-exec"))) thread_local Block*** tl_bin_fbase = nullptr;
 constinit __attribute__((tls_model("initial-exec"))) thread_local uint8_t tl_bin_cap[kSmallClasses] = {};
 constinit __attribute__((tls_model("initial-exec"))) thread_local uint8_t tl_bin_mallocs[kSmallClasses] = {};
 constinit __attribute__((tls_model("initial-exec"))) thread_local TradeMins tl_bin_trade_min = no_trades();
@@ -19,7 +19,7 @@ constinit __attribute__((tls_model("initial-exec"))) thread_local TradeMins tl_b
 namespace {
 
 inline uint32_t bin_count(const Bin& bin, unsigned c) {
-  return uint32_t((bin.top - bin.base) + (bin.ftop - tl_bin_fbase[c]));
+  return uint32_t((bin.top - bin.base) + (bin.ftop - bin_fbase(c)));
 }
 
 // Idle bins (bin_event): every kBinIdleEvents refills and overflows of a
@@ -136,7 +136,7 @@ void bin_shrink(unsigned c, uint32_t held = 0) {
 inline uint32_t bin_fingerprint(const Bin& b, unsigned c) {
   uint64_t f = reinterpret_cast<uintptr_t>(b.top) ^ (reinterpret_cast<uintptr_t>(b.ftop) << 1);
   if (b.top > b.base) f ^= reinterpret_cast<uintptr_t>(b.top[-1]) << 2;
-  if (b.ftop > tl_bin_fbase[c]) f ^= reinterpret_cast<uintptr_t>(b.ftop[-1]) << 3;
+  if (b.ftop > bin_fbase(c)) f ^= reinterpret_cast<uintptr_t>(b.ftop[-1]) << 3;
   return uint32_t(f ^ (f >> 32));
 }
 
@@ -195,7 +195,7 @@ void bin_refill(Bin& bin, unsigned c, Span* s) {
 // Out of line: a refill's walk (bin_refill, inlined into alloc_refill) kept
 // its registers (batch: one instruction per object more with it inline).
 Block* bin_absorb_free(Bin& bin, unsigned c, Block* b) {
-  Block** fbase = tl_bin_fbase[c];
+  Block** fbase = bin_fbase(c);
   const size_t k = size_t(bin.ftop - fbase);
   Block* hot = fbase[k - 1];
   set_free_tag(b);
@@ -218,7 +218,11 @@ void bins_attach(Heap* h) {
   HeapGuard guard(h);
   tl_bins_on = 0;
   h->thread_bins = tl_bins;
-  h->thread_fbase = tl_bin_fbase;
+  // The record's free-stack bases: none set up (a heap orphaned by fork
+  // kept its thread's).
+  for (unsigned c = 0; c < kSmallClasses; ++c) h->bin_fbase[c] = nullptr;
+  tl_bin_fbase = h->bin_fbase;
+  h->thread_fbase = h->bin_fbase;
   h->thread_bin_bytes = tl_bin_bytes;
   h->bins_taken = false;
 }
@@ -271,7 +275,7 @@ void bins_to_start(Heap* h) {
       bin.base = astart;
       bin.top = astart + n;
     }
-    Block** fbase = tl_bin_fbase[c];
+    Block** fbase = bin_fbase(c);
     if (fbase != fstart) {
       size_t n = size_t(bin.ftop - fbase);
       memmove(fstart, fbase, n * sizeof(Block*));
@@ -293,7 +297,7 @@ static LM_NOINLINE bool bin_flush_held(Heap* h, unsigned c, uint32_t keep) {
   Bin& bin = tl_bins[c];
   if (!bin.flimit) return false;
   if (h->bins_taken) bins_to_start(h);
-  Block** fbase = tl_bin_fbase[c];
+  Block** fbase = bin_fbase(c);
   uint32_t in_free = uint32_t(bin.ftop - fbase);
   if (keep > in_free) keep = in_free;
   uint32_t from_alloc = uint32_t(bin.top - bin.base);
@@ -431,7 +435,7 @@ static inline bool bin_disable_held(Heap* h, unsigned c) {
   // Most of an exiting thread's bins are empty and published as empty.
   const bool holds = bin_holds(c);
   const Bin bin = tl_bins[c];
-  Block** const fbase = tl_bin_fbase[c];
+  Block** const fbase = bin_fbase(c);
   tl_bins[c] = Bin{};
   tl_bin_fbase[c] = nullptr;
   tl_bin_trade_min.m[c] = kNoTrade;
@@ -477,6 +481,7 @@ void bins_return_all(Heap* h, bool exiting) {
     }
     if (exiting) tl_bins_on = 0;
     if (exiting && h != &g_empty_heap) {
+      tl_bin_fbase = nullptr;
       h->thread_bins = nullptr;
       h->thread_fbase = nullptr;
       h->thread_bin_bytes = nullptr;

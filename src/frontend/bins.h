@@ -45,8 +45,16 @@ struct alignas(32) Bin {
 // Defined in bins.cc; constinit, so other files reach them without a TLS
 // init wrapper.
 extern constinit __attribute__((tls_model("initial-exec"))) thread_local Bin tl_bins[kSmallClasses];
-// Where each free stack starts (slow paths only).
-extern constinit __attribute__((tls_model("initial-exec"))) thread_local Block** tl_bin_fbase[kSmallClasses];
+// Where each free stack starts (slow paths only): the heap's record holds
+// them (HeapRecord::bin_fbase), this thread's heap's while its bins are
+// attached (bins_attach), else nullptr: kSmallClasses pointers of static
+// TLS per thread were a page fault for every new thread once the classes
+// grew (issue #16, fourteenth round).  Read with bin_fbase.
+extern constinit __attribute__((tls_model("initial-exec"))) thread_local Block*** tl_bin_fbase;
+inline Block** bin_fbase(unsigned c) {
+  Block*** const a = tl_bin_fbase;
+  return a ? a[c] : nullptr;
+}
 // Each bin's capacity now (slow paths only): each stack holds at most
 // this many, and a free stack's flimit lies this far above the start of
 // its half of the slots.  From kClasses.bin_cap_first up to bin_cap_max
@@ -218,7 +226,7 @@ void bins_to_start(Heap* h);
 // base up meanwhile, and put it back: bins_take_idle): then nothing trades.
 inline bool bins_trade(unsigned c) {
   Bin& bin = tl_bins[c];
-  Block** fbase = tl_bin_fbase[c];
+  Block** fbase = bin_fbase(c);
   if (bin.ftop - fbase < tl_bin_trade_min.m[c] || bin.top != bin.base) return false;
   Block** empty = bin.base;
   bin.base = fbase;

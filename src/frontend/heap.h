@@ -242,12 +242,16 @@ struct Heap {
   // The statistics of each size class (kSmallClasses), in the heap's record
   // too; nullptr for the shared empty heap (class_count).
   ClassStats* class_stats = nullptr;
+  // The free-stack bases of its thread's bins (kSmallClasses), in the
+  // heap's record too (bins.h, tl_bin_fbase); nullptr for the shared empty
+  // heap.
+  Block*** bin_fbase = nullptr;
   // The pages of the heap's record (bit i: page i) counted in
   // metadata_bytes: the heap's own, then those its classes' stacks lie on,
   // from each class's first use by a thread of the heap (bin_enable).
   // Written by the thread that holds the heap.
   uint32_t record_pages = 0;
-  // The owning thread's bins (its thread-local tl_bins and tl_bin_fbase),
+  // The owning thread's bins (its thread-local tl_bins, and bin_fbase),
   // for a collector (bins_take_idle); null when no thread owns the heap.
   // Written with the heap held.
   detail::Bin* thread_bins = nullptr;

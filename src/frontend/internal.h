@@ -50,8 +50,10 @@ extern constinit Heap g_empty_heap;  // tl_heap of a thread that has none
 struct alignas(kOsPageSize) HeapRecord {
   Heap heap;
   Block* bin_slots[kBinSlots];
-  // Heap::class_stats, on a page of their own (counted with the heap's).
+  // Heap::class_stats and Heap::bin_fbase, on a page of their own (counted
+  // with the heap's).
   alignas(kOsPageSize) ClassStats class_stats[kSmallClasses];
+  Block** bin_fbase[kSmallClasses];
 };
 
 static_assert(sizeof(HeapRecord) / kOsPageSize <= 32, "Heap::record_pages has a bit per page");

@@ -169,9 +169,10 @@ Heap* heap_for_thread() {
       h = new (&r->heap) Heap();
       h->bin_slots = r->bin_slots;
       h->class_stats = r->class_stats;
+      h->bin_fbase = r->bin_fbase;
       heap_record_touch(h, 0, sizeof(Heap));
       const size_t at = size_t(reinterpret_cast<char*>(r->class_stats) - reinterpret_cast<char*>(r));
-      heap_record_touch(h, at, at + sizeof r->class_stats);
+      heap_record_touch(h, at, at + sizeof r->class_stats + sizeof r->bin_fbase);
       h->owner = uint8_t(1 + g.heaps_made++ % kOwners);
       if (g_secure) h->rng = g_platform->random(g_platform->ctx) | 1;
       h->next_all = g.all_heaps;

@@ -1036,7 +1036,7 @@ LM_NOINLINE void* alloc_refill(Heap* h, unsigned c) {
       // A warming bin (which never trades) keeps the rest of its free
       // stack too, above the refill (bin_absorb_free): the bin's count
       // grows by the refill.
-      if (bin.ftop != tl_bin_fbase[c]) b = bin_warming(c) ? bin_absorb_free(bin, c, b) : bin_swap_free_top(bin, b);
+      if (bin.ftop != bin_fbase(c)) b = bin_warming(c) ? bin_absorb_free(bin, c, b) : bin_swap_free_top(bin, b);
       warming = bin.flimit && bin_warming(c);  // (a bin not set up has capacity 0)
       if (LM_UNLIKELY(warming)) bin_warm(c);  // the next refill takes twice as many
       // Held: a collector's take writes what the thread published.
