@@ -81,15 +81,17 @@ unsigned name_width() {
   return width + 1;  // at least one space before a 16-digit value
 }
 
+// `"name":value` in a JSON object, after a comma unless `first`.
+void put_json_field(Writer& w, const char* name, uint64_t value, bool first) {
+  if (!first) w.put(',');
+  w.put('"');
+  w.put(name);
+  w.put("\":");
+  w.put_u64(value);
+}
+
 void write_row(Writer& w, const StatInfo& info, uint64_t value, bool json, bool first, unsigned width) {
-  if (json) {
-    if (!first) w.put(',');
-    w.put('"');
-    w.put(info.name);
-    w.put("\":");
-    w.put_u64(value);
-    return;
-  }
+  if (json) return put_json_field(w, info.name, value, first);
   w.put("  ");
   size_t col = w.length();
   w.put(info.name);
@@ -107,15 +109,8 @@ void write_row(Writer& w, const StatInfo& info, uint64_t value, bool json, bool 
 void write_classes(Writer& w, const ClassRows& rows, bool json) {
   constexpr unsigned kColumn = 18;  // the longest name, and a space
   auto cell = [&](const char* name, uint64_t v, bool first) {
-    if (json) {
-      if (!first) w.put(',');
-      w.put('"');
-      w.put(name);
-      w.put("\":");
-      w.put_u64(v);
-    } else {
-      w.put_u64_padded(v, kColumn);
-    }
+    if (json) return put_json_field(w, name, v, first);
+    w.put_u64_padded(v, kColumn);
   };
   auto header = [&](const char* name) {
     size_t n = 0;

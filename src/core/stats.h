@@ -285,24 +285,25 @@ struct Stats {
   uint64_t get(Stat s) const { return v[unsigned(s)].load(std::memory_order_relaxed); }
 };
 
+// Adds n to a statistic that has one writer at a time (a heap's, written
+// by whoever holds it): a plain load and store, no read-modify-write, and
+// readers see whole values.
+inline void add_single_writer(std::atomic<uint64_t>& c, uint64_t n) {
+  c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+}
+
 // Per-heap statistics: written only by the owning thread (plain load+store,
 // no read-modify-write), read by anyone.
 struct HeapStats {
   std::atomic<uint64_t> v[kHeapStatCount] = {};
 
-  void inc(HeapStat s, uint64_t n = 1) {
-    auto& c = v[unsigned(s)];
-    c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
-  }
+  void inc(HeapStat s, uint64_t n = 1) { add_single_writer(v[unsigned(s)], n); }
   // Gauges: n may be a difference modulo 2^64 (the sum stays exact).
   void add(HeapStat s, uint64_t n) { inc(s, n); }
 
   // The heap's share of the folded global statistics (Folded).
   std::atomic<uint64_t> folded[kFoldedCount] = {};
-  void fold(Folded f, uint64_t n) {
-    auto& c = folded[unsigned(f)];
-    c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
-  }
+  void fold(Folded f, uint64_t n) { add_single_writer(folded[unsigned(f)], n); }
 };
 
 // One class's statistics in one heap: written by whoever holds the heap
@@ -312,10 +313,7 @@ struct HeapStats {
 struct ClassStats {
   std::atomic<uint64_t> v[kClassStatCount] = {};
 
-  void inc(ClassStat s, uint64_t n = 1) {
-    auto& c = v[unsigned(s)];
-    c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
-  }
+  void inc(ClassStat s, uint64_t n = 1) { add_single_writer(v[unsigned(s)], n); }
 };
 
 struct StatInfo {

@@ -222,7 +222,6 @@ void bins_attach(Heap* h) {
   // kept its thread's).
   for (unsigned c = 0; c < kSmallClasses; ++c) h->bin_fbase[c] = nullptr;
   tl_bin_fbase = h->bin_fbase;
-  h->thread_fbase = h->bin_fbase;
   h->thread_bin_bytes = tl_bin_bytes;
   h->bins_taken = false;
 }
@@ -483,7 +482,6 @@ void bins_return_all(Heap* h, bool exiting) {
     if (exiting && h != &g_empty_heap) {
       tl_bin_fbase = nullptr;
       h->thread_bins = nullptr;
-      h->thread_fbase = nullptr;
       h->thread_bin_bytes = nullptr;
       h->bins_taken = false;
     }
@@ -555,7 +553,7 @@ bool bins_take_begin(Heap* h) {
 
 bool bins_take_idle(Heap* h, uint64_t* bytes, bool fenced) {
   Bin* bins = h->thread_bins;
-  Block*** fbases = h->thread_fbase;
+  Block*** fbases = h->bin_fbase;  // the owner's while thread_bins is set
   if (!bins) return false;
   bool pending = false;
   for (unsigned c = 0; c < kSmallClasses; ++c) {

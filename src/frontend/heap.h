@@ -255,7 +255,6 @@ struct Heap {
   // for a collector (bins_take_idle); null when no thread owns the heap.
   // Written with the heap held.
   detail::Bin* thread_bins = nullptr;
-  Block*** thread_fbase = nullptr;
   uint32_t* thread_bin_bytes = nullptr;  // its tl_bin_bytes (bins.cc, bin_published)
   // REQUIRES busy or claimed: bins_take_idle moved an fbase or a base up
   // (bins_to_start moves the stacks back to the start of their slots).

@@ -104,7 +104,6 @@ void fork_child() {
     if (h->owned && h != tl_heap) {
       h->owned = false;
       h->thread_bins = nullptr;
-      h->thread_fbase = nullptr;
       h->thread_bin_bytes = nullptr;
       h->next_pool = g.pool;
       g.pool = h;
@@ -536,14 +535,13 @@ size_t render_stats(char* buf, size_t len, bool json, const StatsOrigin& origin)
 // A report is rendered into a mapping of its own (kStatsReportBytes), or,
 // where none is had, into a stack buffer that may cut it short.
 void write_stats(bool json, int fd, const StatsOrigin& origin) {
-  constexpr size_t kReportBytes = kStatsReportBytes;
   char local[24576];
-  char* mapped = static_cast<char*>(g_platform->map(g_platform->ctx, kReportBytes));
+  char* mapped = static_cast<char*>(g_platform->map(g_platform->ctx, kStatsReportBytes));
   char* buf = mapped ? mapped : local;
-  const size_t cap = mapped ? kReportBytes : sizeof local;
+  const size_t cap = mapped ? kStatsReportBytes : sizeof local;
   size_t n = render_stats(buf, cap, json, origin);
   g_platform->write(g_platform->ctx, fd, buf, n < cap ? n : cap - 1);
-  if (mapped) g_platform->unmap(g_platform->ctx, mapped, kReportBytes);
+  if (mapped) g_platform->unmap(g_platform->ctx, mapped, kStatsReportBytes);
 }
 }  // namespace
 
