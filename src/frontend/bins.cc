@@ -93,6 +93,17 @@ __attribute__((tls_model("initial-exec"))) thread_local uint8_t tl_bin_idled_loo
 inline uint8_t idle_look() { return uint8_t(tl_bin_events / kBinIdleEvents); }
 static_assert(kBinGrowEvents % kBinIdleEvents == 0);
 __attribute__((tls_model("initial-exec"))) thread_local uint8_t tl_bin_misses[kSmallClasses];
+// The classes above kCachedMax (heap.h), which have no bin: a bit each.
+// Their current span's phantom keeps a malloc/free of one object off the
+// backend; the idle looks give back the span once the class is left.
+constexpr uint64_t uncached_classes() {
+  uint64_t m = 0;
+  for (unsigned c = 0; c < kSmallClasses; ++c)
+    if (bin_cap(c) == 0) m |= uint64_t(1) << c;
+  return m;
+}
+inline constexpr uint64_t kUncachedClasses = uncached_classes();
+static_assert(kUncachedClasses != 0 && (kUncachedClasses >> (kSmallClasses - 1)) == 1);
 // The classes whose bins are set up (bin_enable), for thread exit.
 __attribute__((tls_model("initial-exec"))) thread_local uint64_t tl_bins_on;
 static_assert(kSmallClasses <= 64);
@@ -377,8 +388,10 @@ void bin_event(Heap* h, unsigned c, bool miss) {
   {
     HeapGuard guard(h);
     // A growth look ages every class's marks; the others only look at the
-    // bins set up (a bin not set up has nothing to flush).
-    const uint64_t walk = grow ? ~uint64_t(0) >> (64 - kSmallClasses) : tl_bins_on;
+    // bins set up (a bin not set up has nothing to flush) and at the
+    // uncached classes with a span (their current span's phantom).
+    const uint64_t walk =
+        grow ? ~uint64_t(0) >> (64 - kSmallClasses) : tl_bins_on | (h->queued_classes & kUncachedClasses);
     for (uint64_t m = walk; m; m &= m - 1) {
       const unsigned k = unsigned(__builtin_ctzll(m));
       const Bin& bin = tl_bins[k];
@@ -390,8 +403,12 @@ void bin_event(Heap* h, unsigned c, bool miss) {
       IdleState& idle = tl_bin_idle[k];
       const bool active = idle.active;
       idle.active = 0;
-      if (!bin.flimit) continue;
-      uint32_t seen = bin_fingerprint(bin, k);
+      const bool uncached = (kUncachedClasses >> k) & 1;
+      if (!bin.flimit && !uncached) continue;
+      // An uncached class has no bin: quiet is no malloc of it since the
+      // last look (bin_event's `active`; its frees go straight to the
+      // span), and idle gives back its empty current span (class_idle).
+      uint32_t seen = uncached ? 0 : bin_fingerprint(bin, k);
       const bool quiet = seen == tl_bin_seen[k] && !active;
       if (!quiet) {
         idle.quiet = 0;
@@ -400,7 +417,7 @@ void bin_event(Heap* h, unsigned c, bool miss) {
       }
       if (quiet && idle.quiet >= 1u << idle.patience) {
         bool idled = false;
-        if (bin_count(bin, k) != 0) {
+        if (!uncached && bin_count(bin, k) != 0) {
           pending |= bin_flush_held(h, k, 0);
           heap_count(h, HeapStat::cache_idle_flushes);
           bin_shrink(k);  // (empty now)

@@ -829,6 +829,34 @@ TEST(Batches, AnIdleClassGoesBackWithin32OfTheThreadsRefillsAndOverflows) {
   EXPECT_EQ(lm_check_invariants(), nullptr);
 }
 
+// An uncached class (above kCachedMax: no bin) gives back its empty
+// current span at the same looks, once no malloc of it came for as many as
+// its patience asks: python3's start-up used classes of 40-256 KiB a few
+// times each and kept a span of 128-256 KiB for every one of them until the
+// whole thread went quiet (issue #16, fifteenth round).  A malloc/free of
+// one such object over and over keeps its span
+// (SpanSize.OneBigObjectChurnedKeepsItsSpan).
+TEST(Batches, AnIdleUncachedClassGivesItsEmptyCurrentSpanBack) {
+  std::thread([] {
+    constexpr size_t kSize = 100 << 10;
+    static_assert(kSize > kCachedMax && kSize <= kMaxSmall);
+    const unsigned c = size_class(kSize);
+    void* p = lm_malloc(kSize);
+    Span* s = detail::g.backend.span_of(p);
+    ASSERT_NE(s, nullptr);
+    ASSERT_EQ(s->kind, SpanKind::kSmall);
+    lm_free(p);
+    ASSERT_EQ(detail::tl_heap->head_ref[c], s) << "empty, kept as the class's current span";
+    const uint64_t released0 = stat("idle_class_spans_released");
+    std::vector<void*> b;
+    make_slow_path_events(b, 32);
+    expect_class_let_go(c, s);
+    EXPECT_EQ(stat("idle_class_spans_released") - released0, 1u);
+    for (void* q : b) lm_free(q);
+  }).join();
+  EXPECT_EQ(lm_check_invariants(), nullptr);
+}
+
 // Idle patience (bins.cc): a class that comes back within the looks it
 // waited before its idle flush waits twice as many looks before the next;
 // one that stays away more than twice as long waits half as many again.
