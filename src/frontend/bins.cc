@@ -389,9 +389,13 @@ void bin_event(Heap* h, unsigned c, bool miss) {
     HeapGuard guard(h);
     // A growth look ages every class's marks; the others only look at the
     // bins set up (a bin not set up has nothing to flush) and at the
-    // uncached classes with a span (their current span's phantom).
-    const uint64_t walk =
-        grow ? ~uint64_t(0) >> (64 - kSmallClasses) : tl_bins_on | (h->queued_classes & kUncachedClasses);
+    // uncached classes with a span (their current span's phantom), while
+    // the arenas carry no hugepage advice: under it a span lies in 2 MiB
+    // pages that stay resident while any span in them is live, and one
+    // given back alone is purged as a piece of a hugepage.
+    const bool huge = g.backend.arenas_huge();
+    const uint64_t walk = grow ? ~uint64_t(0) >> (64 - kSmallClasses)
+                               : tl_bins_on | (huge ? 0 : h->queued_classes & kUncachedClasses);
     for (uint64_t m = walk; m; m &= m - 1) {
       const unsigned k = unsigned(__builtin_ctzll(m));
       const Bin& bin = tl_bins[k];
@@ -404,7 +408,7 @@ void bin_event(Heap* h, unsigned c, bool miss) {
       const bool active = idle.active;
       idle.active = 0;
       const bool uncached = (kUncachedClasses >> k) & 1;
-      if (!bin.flimit && !uncached) continue;
+      if (!bin.flimit && (!uncached || huge)) continue;
       // An uncached class has no bin: quiet is no malloc of it since the
       // last look (bin_event's `active`; its frees go straight to the
       // span), and idle gives back its empty current span (class_idle).

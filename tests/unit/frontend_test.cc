@@ -663,6 +663,18 @@ Span* current_span_emptied(size_t size) {
   return detail::tl_heap->head_ref[size_class(size)] == s ? s : nullptr;
 }
 
+// An object of `size`, a class above kCachedMax, allocated and freed: its
+// span, empty and kept as the class's current span (its phantom).
+Span* uncached_span_emptied(size_t size) {
+  void* p = lm_malloc(size);
+  Span* s = detail::g.backend.span_of(p);
+  EXPECT_NE(s, nullptr);
+  EXPECT_EQ(s->kind, SpanKind::kSmall);
+  lm_free(p);
+  EXPECT_EQ(detail::tl_heap->head_ref[size_class(size)], s) << "empty, kept as the class's current span";
+  return s;
+}
+
 // Batches: span s of class c is neither the class's current span nor queued.
 void expect_class_let_go(unsigned c, Span* s) {
   EXPECT_NE(detail::tl_heap->head_ref[c], s) << "class " << c << " still holds its span";
@@ -840,19 +852,35 @@ TEST(Batches, AnIdleUncachedClassGivesItsEmptyCurrentSpanBack) {
   std::thread([] {
     constexpr size_t kSize = 100 << 10;
     static_assert(kSize > kCachedMax && kSize <= kMaxSmall);
-    const unsigned c = size_class(kSize);
-    void* p = lm_malloc(kSize);
-    Span* s = detail::g.backend.span_of(p);
-    ASSERT_NE(s, nullptr);
-    ASSERT_EQ(s->kind, SpanKind::kSmall);
-    lm_free(p);
-    ASSERT_EQ(detail::tl_heap->head_ref[c], s) << "empty, kept as the class's current span";
+    ASSERT_FALSE(detail::g.backend.arenas_huge()) << "a fresh process's arenas carry no hugepage advice";
+    Span* s = uncached_span_emptied(kSize);
     const uint64_t released0 = stat("idle_class_spans_released");
     std::vector<void*> b;
     make_slow_path_events(b, 32);
-    expect_class_let_go(c, s);
+    expect_class_let_go(size_class(kSize), s);
     EXPECT_EQ(stat("idle_class_spans_released") - released0, 1u);
     for (void* q : b) lm_free(q);
+  }).join();
+  EXPECT_EQ(lm_check_invariants(), nullptr);
+}
+
+// Not once the arenas carry hugepage advice (a heap past
+// hugepage_threshold): a span's units then lie in 2 MiB pages that stay
+// resident while any of their spans is live, and an empty span given back
+// is purged alone, a piece of a hugepage (phases: its held memory at the
+// end varied more).  The span stays as the class's current one.
+TEST(Batches, AnIdleUncachedClassKeepsItsSpanUnderHugepageAdvice) {
+  std::thread([] {
+    constexpr size_t kSize = 100 << 10;
+    std::vector<void*> dense;  // 24 MiB of 2 KiB objects: past the threshold, densely
+    while (!detail::g.backend.arenas_huge() && dense.size() < 12288) dense.push_back(lm_malloc(2048));
+    ASSERT_TRUE(detail::g.backend.arenas_huge()) << "24 MiB of small objects did not bring the advice";
+    Span* s = uncached_span_emptied(kSize);
+    std::vector<void*> b;
+    make_slow_path_events(b, 300);  // a growth look too (every kBinGrowEvents = 256)
+    EXPECT_EQ(detail::tl_heap->head_ref[size_class(kSize)], s) << "the span was given back";
+    for (void* q : b) lm_free(q);
+    for (void* q : dense) lm_free(q);
   }).join();
   EXPECT_EQ(lm_check_invariants(), nullptr);
 }
