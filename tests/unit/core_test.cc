@@ -47,6 +47,22 @@ TEST(SizeClass, SizesFrom4To8KiBRoundUpByAtMost512Bytes) {
   EXPECT_EQ(class_size(size_class(16384 + 1)), 20480u);
 }
 
+// Above 64 KiB, eight classes a power of two (issue #16, fifteenth round):
+// Python's 70,000-byte buffers took 80 KiB each.
+TEST(SizeClass, SizesFrom64To256KiBRoundUpByLessThanAnEighthOfTheirPowerOfTwo) {
+  for (size_t s = 65537; s <= kMaxSmall; ++s) {
+    const size_t pow2 = s <= 131072 ? 65536 : 131072;
+    const size_t got = class_size(size_class(s));
+    ASSERT_GE(got, s);
+    ASSERT_LT(got - s, pow2 / 8) << s;
+    ASSERT_EQ(got % (pow2 / 8), 0u) << s;
+  }
+  EXPECT_EQ(class_size(size_class(70000)), 73728u);
+  EXPECT_EQ(class_size(size_class(65536)), 65536u);  // four classes a power of two below
+  EXPECT_EQ(class_size(size_class(32769)), 40960u);
+  EXPECT_EQ(class_size(size_class(kMaxSmall)), kMaxSmall);
+}
+
 TEST(SizeClass, AlignedClassesAreMultiplesOfTheAlignment) {
   for (size_t align = 32; align <= kUnitSize; align *= 2) {
     for (size_t s : {size_t(1), size_t(17), align - 1, align, align + 1, 3 * align + 5, size_t(100000)}) {
@@ -62,14 +78,20 @@ TEST(SizeClass, AlignedClassesAreMultiplesOfTheAlignment) {
 }
 
 // At least 8 objects up to 16 KiB, 128 KiB's worth above (at least one
-// object), with little tail; no span of a big class beyond 5 units.
+// object), with little tail: at most 1/8 of the span, or the least any
+// span of at most 5 units leaves; no span of a big class beyond 5 units.
 TEST(SizeClass, SpansHoldEightObjectsOr128KiBWithLittleTail) {
   for (unsigned c = 0; c < kSmallClasses; ++c) {
     size_t bytes = span_units(c) * kUnitSize;
     const size_t size = class_size(c);
     EXPECT_GE(bytes / size, size <= 16384 ? 8u : std::max<size_t>(1, (128 << 10) / size)) << c;
-    EXPECT_LE((bytes % size) * 8, bytes) << c;
     EXPECT_LE(span_units(c), size <= 8192 ? 1u : 5u) << c;
+    if ((bytes % size) * 8 <= bytes) continue;
+    for (size_t n = 1; n <= 5; ++n) {
+      const size_t other = n * kUnitSize;
+      if (other < size) continue;
+      EXPECT_LE((bytes % size) * other, (other % size) * bytes) << c << ": " << n << " units leave less";
+    }
   }
 }
 

@@ -159,7 +159,7 @@ constexpr uint64_t kSecond = 1000000000;
 
 class SparseSpans : public ::testing::Test {
  protected:
-  static constexpr size_t kSize = 100000;  // one object per 2-unit span, not cached
+  static constexpr size_t kSize = 120000;  // one object per 2-unit span, not cached
   void SetUp() override {
     option_set(unsigned(Opt::background), 0);
     lm_init();
