@@ -393,9 +393,9 @@ void bin_event(Heap* h, unsigned c, bool miss) {
     // the arenas carry no hugepage advice: under it a span lies in 2 MiB
     // pages that stay resident while any span in them is live, and one
     // given back alone is purged as a piece of a hugepage.
-    const bool huge = g.backend.arenas_huge();
+    const uint64_t uncached_looked = g.backend.arenas_huge() ? 0 : kUncachedClasses;
     const uint64_t walk = grow ? ~uint64_t(0) >> (64 - kSmallClasses)
-                               : tl_bins_on | (huge ? 0 : h->queued_classes & kUncachedClasses);
+                               : tl_bins_on | (h->queued_classes & uncached_looked);
     for (uint64_t m = walk; m; m &= m - 1) {
       const unsigned k = unsigned(__builtin_ctzll(m));
       const Bin& bin = tl_bins[k];
@@ -407,8 +407,8 @@ void bin_event(Heap* h, unsigned c, bool miss) {
       IdleState& idle = tl_bin_idle[k];
       const bool active = idle.active;
       idle.active = 0;
-      const bool uncached = (kUncachedClasses >> k) & 1;
-      if (!bin.flimit && (!uncached || huge)) continue;
+      const bool uncached = (uncached_looked >> k) & 1;
+      if (!bin.flimit && !uncached) continue;
       // An uncached class has no bin: quiet is no malloc of it since the
       // last look (bin_event's `active`; its frees go straight to the
       // span), and idle gives back its empty current span (class_idle).
